@@ -1,0 +1,55 @@
+"""Backend selection by URL scheme. Each backend is imported only when its scheme is used, so a
+SQLite user needs neither psycopg nor redis-py installed."""
+
+from __future__ import annotations
+
+import importlib
+from urllib.parse import urlsplit, urlunsplit
+
+from ..clock import Clock
+from ..errors import ConfigurationError
+from .base import Backend
+
+# scheme -> (module, class, pip extra)
+SCHEMES: dict[str, tuple[str, str, str | None]] = {
+    "sqlite": ("jobyard.backends.sqlite.backend", "SQLiteBackend", None),
+    "memory": ("jobyard.backends.memory", "MemoryBackend", None),
+    "postgresql": ("jobyard.backends.postgres.backend", "PostgresBackend", "postgres"),
+    "postgres": ("jobyard.backends.postgres.backend", "PostgresBackend", "postgres"),
+    "redis": ("jobyard.backends.redis.backend", "RedisBackend", "redis"),
+    "rediss": ("jobyard.backends.redis.backend", "RedisBackend", "redis"),
+    "redis+cluster": ("jobyard.backends.redis.backend", "RedisBackend", "redis"),
+}
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced by ``***``, safe to print or log."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    userinfo = f"{parts.username or ''}:***"
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+
+
+def open_backend(url: str, clock: Clock) -> Backend:
+    """Build the backend a URL names; a wrong scheme lists the supported ones."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        supported = ", ".join(f"{s}://" for s in SCHEMES)
+        raise ConfigurationError(
+            f"unsupported store URL {mask_url(url)!r}: the scheme must be one of {supported}"
+        )
+    module_name, class_name, extra = SCHEMES[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f": pip install 'jobyard[{extra}]'" if extra else ""
+        raise ConfigurationError(f"the {scheme}:// backend is not installed{hint} ({exc})") from exc
+    backend: Backend = getattr(module, class_name)(url, clock)
+    return backend

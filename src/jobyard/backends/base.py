@@ -1,0 +1,343 @@
+"""The Backend protocol: the one contract every store implements.
+
+A backend only moves state. It knows nothing of handlers, retries or backoff: the worker decides
+what happens to a job and tells the backend in a typed parameter object; the backend makes the
+change atomically and fenced by the claim's lease token.
+
+Time: every method that needs "now" reads ``self.clock.now()``, which is ``None`` unless a test froze
+the clock, and passes it into its statement as ``coalesce(:now, <store clock>)``. Delays travel as
+seconds relative to that "now", never as host wall-clock instants.
+
+Every timestamp crossing this interface is epoch seconds (float, UTC).
+
+``tests/contract/`` is the executable form of this file: a backend is done when it passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..clock import Clock
+
+Delivery = Literal["at_least_once", "at_most_once"]
+OutcomeKind = Literal["completed", "retry", "failed", "release"]
+
+STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
+DEFAULT_MAX_ATTEMPTS = 4
+DEFAULT_LEASE = 30.0
+LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing it"
+AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
+
+
+# --- records -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the store holds it (``app.get`` turns it into a :class:`jobyard.Job`)."""
+
+    id: str
+    name: str
+    queue: str
+    payload: str  # JSON text: {"args": [...], "kwargs": {...}}; may be corrupt, never trusted
+    status: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: float
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    worker_id: str | None
+    result: str | None  # JSON text
+    error: str | None
+    parent_id: str | None
+    idempotency_key: str | None
+    delivery: Delivery = "at_least_once"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """What a claim hands a worker: enough to run the job and to settle it."""
+
+    id: str
+    name: str
+    queue: str
+    payload: str
+    attempts: int  # including this claim
+    max_attempts: int
+    backoff: str | None  # Backoff.to_json() of the job or its queue; None: the default policy
+    timeout: float | None
+    lease: float
+    token: str  # the fencing token of this claim
+    delivery: Delivery
+    parent_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """Per-queue settings kept in the store (seed 001's JobQueue)."""
+
+    name: str
+    max_concurrency: int | None = None  # across every worker of every host; None: unlimited
+    max_attempts: int | None = None
+    backoff: str | None = None  # Backoff.to_json()
+    max_pending: int | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A live worker as status shows it."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: float
+    last_seen: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts for one queue."""
+
+    queue: str
+    counts: dict[str, int]  # status -> jobs
+    completed_last_minute: int
+
+
+# --- parameter objects -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job to insert. ``None`` options fall back to the queue's, then to the defaults."""
+
+    name: str
+    queue: str
+    payload: str
+    priority: int = 0
+    delay: float = 0.0  # seconds after now
+    run_at: float | None = None  # an absolute instant; wins over delay
+    max_attempts: int | None = None
+    backoff: str | None = None
+    timeout: float | None = None
+    lease: float = DEFAULT_LEASE
+    delivery: Delivery = "at_least_once"
+    idempotency_key: str | None = None
+    parent_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobsInsertParams:
+    """Insert jobs in one round trip. All or nothing: a full queue refuses the whole batch."""
+
+    jobs: Sequence[NewJob]
+    # A caller's open connection (PostgreSQL): the jobs commit or roll back with its transaction.
+    connection: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """The outcome of one :class:`NewJob`: a new id, or the id of the job holding its key."""
+
+    id: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobsClaimParams:
+    """Claim up to ``limit`` due jobs from ``queues``, in DESIGN.md order, honouring each
+    queue's max_concurrency across all workers. Counts an attempt and issues a fresh token."""
+
+    worker_id: str
+    queues: Sequence[str]
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one claimed job ended.
+
+    completed: store ``result``. retry: back to pending after ``delay`` seconds, ``error`` kept.
+    failed: the dead letter, ``error`` kept. release: back to pending now, the attempt uncounted.
+    """
+
+    id: str
+    token: str
+    kind: OutcomeKind
+    result: str | None = None
+    error: str | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobsAckParams:
+    """Settle a batch of claimed jobs. Each takes effect only if its token still matches."""
+
+    outcomes: Sequence[Outcome]
+    connection: Any = None  # PostgreSQL: commit the acks inside the handler's transaction
+
+
+@dataclass(frozen=True, slots=True)
+class LeasesRenewParams:
+    """Heartbeat: push the lease of each (id, token) to now + that job's lease seconds."""
+
+    worker_id: str
+    jobs: Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class LeasesReapParams:
+    """Return running jobs whose lease lapsed to pending (attempts left) or fail them."""
+
+    limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """A job the reaper moved, and where to."""
+
+    id: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobsListParams:
+    """Filter for listing jobs; newest first."""
+
+    queue: str | None = None
+    status: str | None = None
+    name: str | None = None
+    limit: int = 50
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPurgeParams:
+    """Delete finished jobs. ``statuses`` may only name finished states."""
+
+    statuses: Sequence[str] = ("completed", "failed", "cancelled")
+    older_than: float = 0.0  # seconds before now, judged by finished_at
+    queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobsWaitParams:
+    """Block until a job may be due in ``queues`` or ``timeout`` seconds pass."""
+
+    queues: Sequence[str]
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersBeatParams:
+    """Register or refresh a worker; ``stopping`` removes it."""
+
+    worker: WorkerInfo
+    stopping: bool = False
+    forget_after: float = 60.0  # workers silent this long are dropped from the registry
+
+
+@dataclass(frozen=True, slots=True)
+class StatsParams:
+    """Which queues to count (empty: all)."""
+
+    queues: Sequence[str] = field(default_factory=tuple)
+
+
+# --- the protocol ------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Everything a store must do. Methods are thread-safe and each is one round trip where the
+    store allows it."""
+
+    clock: Clock
+    url: str  # printable: a password in the URL is masked
+
+    # schema
+    def schema_migrate(self) -> list[str]:
+        """Apply pending migrations (idempotent, safe when run concurrently); names applied."""
+        ...
+
+    def schema_check(self) -> None:
+        """Raise :class:`jobyard.errors.SchemaError` naming ``jobyard migrate`` if behind."""
+        ...
+
+    # producer side
+    def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
+        """Insert jobs; raise :class:`QueueFull` (writing nothing) past a queue's max_pending."""
+        ...
+
+    def jobs_get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None``."""
+        ...
+
+    def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
+        """Jobs matching the filter, newest first."""
+        ...
+
+    def jobs_cancel(self, job_id: str) -> JobRecord:
+        """Cancel a pending job. Raise JobNotFound, or InvalidTransition if it is not pending."""
+        ...
+
+    def jobs_retry(self, job_id: str) -> JobRecord:
+        """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
+        InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
+        ...
+
+    def jobs_purge(self, params: JobsPurgeParams) -> int:
+        """Delete finished jobs; the number deleted."""
+        ...
+
+    # worker side
+    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+        """Claim due jobs (see :class:`JobsClaimParams`)."""
+        ...
+
+    def jobs_ack(self, params: JobsAckParams) -> list[str]:
+        """Apply outcomes; return the ids whose token no longer matched (refused, stale)."""
+        ...
+
+    def jobs_wait(self, params: JobsWaitParams) -> bool:
+        """Sleep until woken by an insert (push signal) or timeout; True if woken."""
+        ...
+
+    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
+        """Renew leases; return the ids whose lease was lost (token no longer matches)."""
+        ...
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """Recover jobs whose lease lapsed: an attempt was spent on each."""
+        ...
+
+    # queues, workers, stats
+    def queues_configure(self, config: QueueConfig) -> None:
+        """Create or replace a queue's settings."""
+        ...
+
+    def queues_list(self) -> list[QueueConfig]:
+        """Every configured queue."""
+        ...
+
+    def workers_beat(self, params: WorkersBeatParams) -> None:
+        """Register or refresh (or remove, when stopping) a worker."""
+        ...
+
+    def workers_list(self) -> list[WorkerInfo]:
+        """Workers seen recently."""
+        ...
+
+    def stats_get(self, params: StatsParams) -> list[QueueStats]:
+        """Per queue: counts by status and completions in the last minute."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; safe to call twice."""
+        ...

@@ -1,0 +1,77 @@
+"""Exceptions a handler raises to steer its job, and the errors jobyard raises to its callers."""
+
+from __future__ import annotations
+
+
+class JobyardError(Exception):
+    """Base class of every error jobyard raises."""
+
+
+class ConfigurationError(JobyardError, ValueError):
+    """A setting, URL or name that jobyard cannot work with."""
+
+
+class SchemaError(JobyardError):
+    """The store's schema is missing or older than this version of jobyard."""
+
+
+class QueueFull(JobyardError):
+    """The queue holds ``max_pending`` jobs already; nothing of the refused enqueue was written."""
+
+    def __init__(self, queue: str, max_pending: int) -> None:
+        super().__init__(f"queue {queue!r} is full: max_pending={max_pending} jobs are pending")
+        self.queue = queue
+        self.max_pending = max_pending
+
+
+class DuplicateJob(JobyardError):
+    """A re-drive was refused because another job holds the same idempotency key."""
+
+
+class JobNotFound(JobyardError, KeyError):
+    """No job with this id exists in the store."""
+
+    def __str__(self) -> str:
+        return f"no job with id {self.args[0]!r}"
+
+
+class InvalidTransition(JobyardError):
+    """The job is not in a state that allows the requested change (cancel a running job...)."""
+
+
+class JobFailed(JobyardError):
+    """Raised by :meth:`JobHandle.result` when the job ended in the ``failed`` state."""
+
+    def __init__(self, job_id: str, error: str | None) -> None:
+        last = (error or "").strip().splitlines()
+        super().__init__(f"job {job_id} failed: {last[-1] if last else 'unknown error'}")
+        self.job_id = job_id
+        self.error = error
+
+
+class JobCancelled(JobyardError):
+    """Raised by :meth:`JobHandle.result` when the job was cancelled."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} was cancelled")
+        self.job_id = job_id
+
+
+class Retry(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.md fixes it
+    """Raised by a handler to ask for another attempt after ``delay`` seconds.
+
+    The attempt counts against ``max_attempts``; once they are spent the job fails.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.reason = reason
+
+
+class Drop(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.md fixes it
+    """Raised by a handler to fail its job at once, with no further attempts."""
+
+    def __init__(self, reason: str = "dropped by handler") -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,328 @@
+"""The producer side: Job, JobHandle, Status, JobFunction and its options. No I/O here: a
+JobFunction hands every enqueue to its App."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from .backends.base import DEFAULT_LEASE, Delivery, JobRecord, NewJob
+from .clock import to_datetime
+from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound
+from .retry import Backoff, as_backoff
+
+if TYPE_CHECKING:
+    from .app import App
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+NAME_RULE = "1 to 100 characters of A-Z a-z 0-9 _ . : -"
+MAX_IDEMPOTENCY_KEY = 200
+DELIVERIES: tuple[str, ...] = ("at_least_once", "at_most_once")
+
+
+def check_name(kind: str, value: str) -> str:
+    """Validate a queue or job name so it can never break out of a key or an identifier."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ConfigurationError(f"invalid {kind} name {value!r}: use {NAME_RULE}")
+    return value
+
+
+class Status(enum.StrEnum):
+    """Where a job is in its lifecycle."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """True for the states a job never leaves on its own."""
+        return self in (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as stored, with decoded arguments and result."""
+
+    id: str
+    name: str
+    queue: str
+    status: Status
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: str | None
+    result: Any
+    error: str | None
+    parent_id: str | None
+    idempotency_key: str | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    delivery: str = "at_least_once"
+
+    @classmethod
+    def from_record(cls, rec: JobRecord) -> Job:
+        """Decode a store record; a corrupt payload or result is shown, never raised."""
+        try:
+            data = json.loads(rec.payload)
+            args, kwargs = tuple(data["args"]), dict(data["kwargs"])
+        except (ValueError, KeyError, TypeError):
+            args, kwargs = (), {"<corrupt payload>": rec.payload}
+        try:
+            result = None if rec.result is None else json.loads(rec.result)
+        except ValueError:
+            result = rec.result
+        created = to_datetime(rec.created_at)
+        run_at = to_datetime(rec.run_at)
+        assert created is not None and run_at is not None
+        return cls(
+            id=rec.id,
+            name=rec.name,
+            queue=rec.queue,
+            status=Status(rec.status),
+            priority=rec.priority,
+            attempts=rec.attempts,
+            max_attempts=rec.max_attempts,
+            run_at=run_at,
+            created_at=created,
+            started_at=to_datetime(rec.started_at),
+            finished_at=to_datetime(rec.finished_at),
+            worker_id=rec.worker_id,
+            result=result,
+            error=rec.error,
+            parent_id=rec.parent_id,
+            idempotency_key=rec.idempotency_key,
+            args=args,
+            kwargs=kwargs,
+            delivery=rec.delivery,
+        )
+
+
+class JobHandle:
+    """What enqueue returns: the job's id, and a way to wait for its outcome."""
+
+    __slots__ = ("_app", "created", "id")
+
+    def __init__(self, app: App, job_id: str, created: bool = True) -> None:
+        self._app = app
+        self.id = job_id
+        self.created = created  # False: an idempotency key returned an existing job
+
+    def get(self) -> Job:
+        """The job as stored now."""
+        return self._app.get(self.id)
+
+    def result(self, timeout: float | None = None, poll: float = 0.02) -> Any:
+        """Wait for the job to finish and return its result.
+
+        Raises :class:`JobFailed` or :class:`JobCancelled` for those outcomes, and
+        ``TimeoutError`` if it has not finished within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = poll
+        while True:
+            job = self._app.get(self.id)
+            if job.status == Status.COMPLETED:
+                return job.result
+            if job.status == Status.FAILED:
+                raise JobFailed(job.id, job.error)
+            if job.status == Status.CANCELLED:
+                raise JobCancelled(job.id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id} is still {job.status} after {timeout}s")
+            sleep = delay if deadline is None else min(delay, max(deadline - time.monotonic(), 0))
+            time.sleep(sleep)
+            delay = min(delay * 1.5, 0.5)
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Options of a job function; ``None`` means "the queue's setting, else the default"."""
+
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+    timeout: float | None = None
+    lease: float = DEFAULT_LEASE
+    delivery: Delivery = "at_least_once"
+    # per-enqueue only (set through .options()):
+    delay: float = 0.0
+    run_at: float | None = None
+    idempotency_key: str | None = None
+    parent_id: str | None = None
+    connection: Any = None
+
+    def __post_init__(self) -> None:
+        check_name("job", self.name)
+        check_name("queue", self.queue)
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigurationError("max_attempts must be at least 1")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigurationError("timeout must be a positive number of seconds")
+        if self.lease <= 0:
+            raise ConfigurationError("lease must be a positive number of seconds")
+        if self.delivery not in DELIVERIES:
+            raise ConfigurationError(f"delivery must be one of {', '.join(DELIVERIES)}")
+        if self.delay < 0:
+            raise ConfigurationError("delay must not be negative")
+        key = self.idempotency_key
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
+            raise ConfigurationError(
+                f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters"
+            )
+
+    def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
+        """The store-level job for one call, its arguments checked to be JSON."""
+        return NewJob(
+            name=self.name,
+            queue=self.queue,
+            payload=encode_payload(args, kwargs),
+            priority=self.priority,
+            delay=self.delay,
+            run_at=self.run_at,
+            max_attempts=self.max_attempts,
+            backoff=None if self.backoff is None else self.backoff.to_json(),
+            timeout=self.timeout,
+            lease=self.lease,
+            delivery=self.delivery,
+            idempotency_key=self.idempotency_key,
+            parent_id=self.parent_id,
+        )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """JSON-encode a call's arguments; a TypeError names the argument that is not JSON."""
+    try:
+        return _dumps({"args": list(args), "kwargs": dict(kwargs)})
+    except (TypeError, ValueError, RecursionError):
+        pass
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
+        (f"argument {k!r}", v) for k, v in kwargs.items()
+    ]
+    for label, value in named:
+        if not isinstance(label, str):
+            continue
+        try:
+            _dumps(value)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(f"{label} is not JSON serializable: {exc}") from None
+    bad = [k for k in kwargs if not isinstance(k, str)]
+    raise TypeError(f"keyword argument names must be strings, got {bad!r}")
+
+
+def encode_result(value: Any) -> str:
+    """JSON-encode a handler's return value (TypeError if it is not JSON)."""
+    try:
+        return _dumps(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"the handler's result is not JSON serializable: {exc}") from None
+
+
+class JobFunction(Generic[P, R]):
+    """A handler registered with ``@app.job``: call it directly, or enqueue it."""
+
+    def __init__(self, app: App, func: Callable[P, R], opts: JobOptions) -> None:
+        self.app = app
+        self.func = func
+        self.opts = opts
+        self.is_async = inspect.iscoroutinefunction(func)
+        functools.update_wrapper(self, func)
+
+    @property
+    def name(self) -> str:
+        """The job name workers look the handler up by."""
+        return self.opts.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        run_at: datetime | float | None = None,
+        max_attempts: int | None = None,
+        backoff: str | Backoff | None = None,
+        timeout: float | None = None,
+        lease: float | None = None,
+        idempotency_key: str | None = None,
+        parent_id: str | None = None,
+        connection: Any = None,
+    ) -> JobFunction[P, R]:
+        """A copy with per-enqueue options. ``connection`` (PostgreSQL) enqueues inside the
+        caller's transaction: the job exists if and only if that transaction commits."""
+        changes: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "queue": queue,
+                "priority": priority,
+                "delay": None if delay is None else float(delay),
+                "max_attempts": max_attempts,
+                "backoff": as_backoff(backoff),
+                "timeout": timeout,
+                "lease": lease,
+                "idempotency_key": idempotency_key,
+                "parent_id": parent_id,
+                "connection": connection,
+            }.items()
+            if v is not None
+        }
+        if run_at is not None:
+            changes["run_at"] = run_at.timestamp() if isinstance(run_at, datetime) else run_at
+        return JobFunction(self.app, self.func, replace(self.opts, **changes))
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Put one job on the queue; returns at once with its handle."""
+        return self.app._insert([self.opts.new_job(args, kwargs)], self.opts.connection)[0]
+
+    def enqueue_many(
+        self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+    ) -> list[JobHandle]:
+        """Enqueue many calls, each ``(args, kwargs)``, in one round trip (all or nothing)."""
+        jobs = [self.opts.new_job(args, kwargs) for args, kwargs in calls]
+        return self.app._insert(jobs, self.opts.connection) if jobs else []
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """``enqueue`` for async code: the store call runs on a thread."""
+        import asyncio
+
+        new = self.opts.new_job(args, kwargs)
+        handles = await asyncio.to_thread(self.app._insert, [new], self.opts.connection)
+        return handles[0]
+
+    def __repr__(self) -> str:
+        return f"<JobFunction {self.name} queue={self.opts.queue}>"
