@@ -1,0 +1,328 @@
+"""App: the registry of job functions, queue configuration, and the backend and clock wiring."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from .backends import mask_url, open_backend
+from .backends.base import (
+    DEFAULT_LEASE,
+    Backend,
+    Delivery,
+    JobsInsertParams,
+    JobsListParams,
+    JobsPurgeParams,
+    NewJob,
+    QueueConfig,
+    QueueStats,
+    StatsParams,
+    WorkerInfo,
+)
+from .clock import Clock, SystemClock
+from .errors import ConfigurationError, JobNotFound
+from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
+from .retry import Backoff, as_backoff
+
+if TYPE_CHECKING:
+    from .worker.worker import Worker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_URL = "sqlite:///jobyard.db"
+
+
+class App:
+    """A jobyard application: where jobs are registered, enqueued, inspected and run.
+
+    ``url`` names the store: ``sqlite:///path.db`` (the default, or ``$JOBYARD_URL``),
+    ``postgresql://...``, ``redis://...``, ``redis+cluster://host:port`` or ``memory://``.
+    The store is opened on first use, so importing a module that builds an App costs nothing.
+    """
+
+    def __init__(self, url: str | None = None, *, clock: Clock | None = None) -> None:
+        self.url = url or os.environ.get("JOBYARD_URL") or DEFAULT_URL
+        self.clock: Clock = clock or SystemClock()
+        self.registry: dict[str, JobFunction[Any, Any]] = {}
+        self.consumers: list[Any] = []  # Redis list and stream consumers started by workers
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+        scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
+        from .backends import SCHEMES
+
+        if scheme.lower() not in SCHEMES:  # fail at construction: a typo should not wait
+            open_backend(self.url, self.clock)
+
+    def __repr__(self) -> str:
+        return f"App({mask_url(self.url)!r})"
+
+    # the store ---------------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The store, opened (and, where it applies, schema-checked) on first use."""
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    backend = open_backend(self.url, self.clock)
+                    backend.schema_check()
+                    self._backend = backend
+        return self._backend
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the store's schema (``jobyard migrate``); names of what ran."""
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    self._backend = open_backend(self.url, self.clock)
+        return self._backend.schema_migrate()
+
+    def close(self) -> None:
+        """Close the store's connections; the App reopens them if used again."""
+        with self._lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    # registration ------------------------------------------------------------------------------
+
+    @overload
+    def job(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+    @overload
+    def job(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        backoff: str | Backoff | None = None,
+        timeout: float | None = None,
+        lease: float = DEFAULT_LEASE,
+        delivery: Delivery = "at_least_once",
+    ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+    def job(
+        self,
+        func: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        backoff: str | Backoff | None = None,
+        timeout: float | None = None,
+        lease: float = DEFAULT_LEASE,
+        delivery: Delivery = "at_least_once",
+    ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+        """Register a handler. ``max_attempts`` and ``backoff`` left unset take the queue's
+        settings (``configure_queue``), else 4 attempts with exponential backoff."""
+
+        def register(f: Callable[P, R]) -> JobFunction[P, R]:
+            opts = JobOptions(
+                name=name or f.__name__,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                backoff=as_backoff(backoff),
+                timeout=timeout,
+                lease=lease,
+                delivery=delivery,
+            )
+            if opts.name in self.registry:
+                raise ConfigurationError(f"a job named {opts.name!r} is registered already")
+            jf: JobFunction[P, R] = JobFunction(self, f, opts)
+            self.registry[opts.name] = jf
+            return jf
+
+        return register(func) if func is not None else register
+
+    def by_name(self, name: str, **options: Any) -> JobFunction[..., Any]:
+        """A job function for ``name`` whether or not its handler is registered here, so a
+        producer can enqueue work whose code lives only on the workers."""
+        if name in self.registry:
+            known = self.registry[name]
+            return known.options(**options) if options else known
+
+        def no_local_handler(*args: Any, **kwargs: Any) -> Any:
+            raise ConfigurationError(f"no handler registered for {name!r} in this process")
+
+        stub: JobFunction[..., Any] = JobFunction(self, no_local_handler, JobOptions(name=name))
+        return stub.options(**options) if options else stub
+
+    # producer side -----------------------------------------------------------------------------
+
+    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> JobHandle:
+        """Enqueue a job by name; the handler need not be registered in this process."""
+        return self.by_name(name).enqueue(*args, **kwargs)
+
+    def _insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:
+        inserted = self.backend.jobs_insert(JobsInsertParams(jobs, connection))
+        return [JobHandle(self, i.id, i.created) for i in inserted]
+
+    def get(self, job_id: str) -> Job:
+        """The job with this id (``JobNotFound`` if there is none)."""
+        rec = self.backend.jobs_get(str(job_id))
+        if rec is None:
+            raise JobNotFound(job_id)
+        return Job.from_record(rec)
+
+    def jobs(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | Status | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Job]:
+        """Jobs matching the filter, newest first."""
+        params = JobsListParams(
+            queue=queue,
+            status=None if status is None else Status(status).value,
+            name=name,
+            limit=limit,
+            offset=offset,
+        )
+        return [Job.from_record(r) for r in self.backend.jobs_list(params)]
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a pending job (a running job cannot be cancelled)."""
+        return Job.from_record(self.backend.jobs_cancel(str(job_id)))
+
+    def retry(self, job_id: str) -> Job:
+        """Re-drive a failed or cancelled job: pending again, with its attempts reset."""
+        return Job.from_record(self.backend.jobs_retry(str(job_id)))
+
+    def purge(
+        self,
+        statuses: Sequence[str] = ("completed", "failed", "cancelled"),
+        older_than: float = 0.0,
+        queue: str | None = None,
+    ) -> int:
+        """Delete finished jobs finished at least ``older_than`` seconds ago."""
+        return self.backend.jobs_purge(JobsPurgeParams(tuple(statuses), older_than, queue))
+
+    def stats(self, queues: Sequence[str] = ()) -> list[QueueStats]:
+        """Counts by status for each queue."""
+        return self.backend.stats_get(StatsParams(tuple(queues)))
+
+    def workers(self) -> list[WorkerInfo]:
+        """Live workers."""
+        return self.backend.workers_list()
+
+    def configure_queue(
+        self,
+        name: str,
+        *,
+        max_concurrency: int | None = None,
+        max_attempts: int | None = None,
+        backoff: str | Backoff | None = None,
+        max_pending: int | None = None,
+        paused: bool = False,
+    ) -> QueueConfig:
+        """Store a queue's settings; they apply to jobs enqueued afterwards that set none.
+        ``max_concurrency`` holds across every worker of every host."""
+        check_name("queue", name)
+        for label, value in (
+            ("max_concurrency", max_concurrency),
+            ("max_attempts", max_attempts),
+            ("max_pending", max_pending),
+        ):
+            if value is not None and value < (0 if label == "max_pending" else 1):
+                raise ConfigurationError(f"{label} must be positive, got {value}")
+        policy = as_backoff(backoff)
+        config = QueueConfig(
+            name=name,
+            max_concurrency=max_concurrency,
+            max_attempts=max_attempts,
+            backoff=None if policy is None else policy.to_json(),
+            max_pending=max_pending,
+            paused=paused,
+        )
+        self.backend.queues_configure(config)
+        return config
+
+    # consumers of foreign Redis lists and streams ------------------------------------------------
+
+    def consume_list(self, key: str, handler: Callable[[Any], Any], **options: Any) -> Any:
+        """Consume JSON entries that any Redis client pushed onto list ``key`` (Redis only).
+        Workers started by :meth:`run_worker` run it. See ``ListConsumer`` for the options."""
+        from .backends.redis.consumers import ListConsumer
+
+        consumer = ListConsumer(self._redis_backend(), key, handler, **options)
+        self.consumers.append(consumer)
+        return consumer
+
+    def consume_stream(self, stream: str, handler: Callable[[Any], Any], **options: Any) -> Any:
+        """Consume a Redis stream with a consumer group (Redis only); ``reply=job_function``
+        turns each handler result into a job. See ``StreamConsumer`` for the options."""
+        from .backends.redis.consumers import StreamConsumer
+
+        consumer = StreamConsumer(self._redis_backend(), stream, handler, **options)
+        self.consumers.append(consumer)
+        return consumer
+
+    def _redis_backend(self) -> Any:
+        from .backends.redis.backend import RedisBackend
+
+        backend = self.backend
+        if not isinstance(backend, RedisBackend):
+            raise ConfigurationError("consume_list and consume_stream need a redis:// store")
+        return backend
+
+    # workers -----------------------------------------------------------------------------------
+
+    def worker(
+        self,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 8,
+        **options: Any,
+    ) -> Worker:
+        """A worker for these queues (default: every queue a registered job uses), not started."""
+        from .worker.worker import Worker
+
+        return Worker(self, queues=queues, concurrency=concurrency, **options)
+
+    def run_worker(
+        self,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 8,
+        **options: Any,
+    ) -> None:
+        """Run a worker in this process until SIGINT or SIGTERM (a second one stops at once)."""
+        self.worker(queues, concurrency, **options).run()
+
+
+def load_app(ref: str) -> App:
+    """Import ``module:attribute`` (as uvicorn and celery take it) and return the App there."""
+    import importlib
+    import sys
+
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"APP must look like 'module:attribute', got {ref!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as python -m does: the working directory is importable
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import module {module_name!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if callable(obj) and not isinstance(obj, App):
+        obj = obj()  # a factory, as uvicorn's --factory
+    if not isinstance(obj, App):
+        raise ConfigurationError(f"{ref!r} is a {type(obj).__name__}, not a jobyard.App")
+    return obj

@@ -1,0 +1,432 @@
+"""An in-process store for users' own tests (``memory://``).
+
+It is the plainest reading of ``docs/backend-contract.md``: one lock, a dict of jobs, and linear
+scans. It lives and dies with its process, so it suits tests and nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+
+from ..clock import Clock
+from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
+from .base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    DEFAULT_MAX_ATTEMPTS,
+    LEASE_LOST_ERROR,
+    STATUSES,
+    ClaimedJob,
+    Inserted,
+    JobRecord,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    JobsPurgeParams,
+    JobsWaitParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    QueueConfig,
+    QueueStats,
+    Reaped,
+    StatsParams,
+    WorkerInfo,
+    WorkersBeatParams,
+)
+
+FINISHED = frozenset({"completed", "failed", "cancelled"})
+ACTIVE = frozenset({"pending", "running"})
+
+
+@dataclass(slots=True)
+class _Row:
+    rec: JobRecord
+    backoff: str | None
+    timeout: float | None
+    lease: float
+    token: str | None = None
+    lease_expires_at: float | None = None
+
+
+class MemoryBackend:
+    """The ``memory://`` store: the reference implementation of the contract."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.url = url
+        self.clock = clock
+        self._lock = threading.Condition()
+        self._rows: dict[str, _Row] = {}
+        self._queues: dict[str, QueueConfig] = {}
+        self._workers: dict[str, WorkerInfo] = {}
+        self._ids = itertools.count(1)
+        self._inserts = 0
+
+    def _now(self) -> float:
+        now = self.clock.now()
+        return time.time() if now is None else now
+
+    # schema ---------------------------------------------------------------------------------
+
+    def schema_migrate(self) -> list[str]:
+        """Nothing to migrate."""
+        return []
+
+    def schema_check(self) -> None:
+        """Always current."""
+
+    # producer side ----------------------------------------------------------------------------
+
+    def _holder(self, queue: str, key: str | None) -> str | None:
+        if key is None:
+            return None
+        for row in self._rows.values():
+            r = row.rec
+            if r.queue == queue and r.idempotency_key == key and r.status in ACTIVE:
+                return r.id
+        return None
+
+    def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
+        """Insert all or nothing, deduplicating by idempotency key."""
+        if params.connection is not None:
+            from ..errors import ConfigurationError
+
+            raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
+        with self._lock:
+            now = self._now()
+            out: list[Inserted] = []
+            fresh: list[_Row] = []
+            batch_keys: dict[tuple[str, str], str] = {}
+            for job in params.jobs:
+                key = job.idempotency_key
+                held = self._holder(job.queue, key)
+                if held is None and key is not None:
+                    held = batch_keys.get((job.queue, key))
+                if held is not None:
+                    out.append(Inserted(held, False))
+                    continue
+                queue = self._queues.get(job.queue)
+                job_id = str(next(self._ids))
+                rec = JobRecord(
+                    id=job_id,
+                    name=job.name,
+                    queue=job.queue,
+                    payload=job.payload,
+                    status="pending",
+                    priority=job.priority,
+                    attempts=0,
+                    max_attempts=job.max_attempts
+                    or (queue.max_attempts if queue and queue.max_attempts else None)
+                    or DEFAULT_MAX_ATTEMPTS,
+                    run_at=job.run_at if job.run_at is not None else now + job.delay,
+                    created_at=now,
+                    started_at=None,
+                    finished_at=None,
+                    worker_id=None,
+                    result=None,
+                    error=None,
+                    parent_id=job.parent_id,
+                    idempotency_key=key,
+                    delivery=job.delivery,
+                )
+                backoff = job.backoff or (queue.backoff if queue else None)
+                fresh.append(_Row(rec, backoff, job.timeout, job.lease))
+                if key is not None:
+                    batch_keys[(job.queue, key)] = job_id
+                out.append(Inserted(job_id, True))
+            for queue_name in {row.rec.queue for row in fresh}:
+                cfg = self._queues.get(queue_name)
+                if cfg is None or cfg.max_pending is None:
+                    continue
+                pending = sum(
+                    1
+                    for r in self._rows.values()
+                    if r.rec.queue == queue_name and r.rec.status == "pending"
+                )
+                adding = sum(1 for r in fresh if r.rec.queue == queue_name)
+                if pending + adding > cfg.max_pending:
+                    raise QueueFull(queue_name, cfg.max_pending)
+            for row in fresh:
+                self._rows[row.rec.id] = row
+            if fresh:
+                self._inserts += 1
+                self._lock.notify_all()
+            return out
+
+    def jobs_get(self, job_id: str) -> JobRecord | None:
+        """One job, or None."""
+        with self._lock:
+            row = self._rows.get(job_id)
+            return None if row is None else row.rec
+
+    def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
+        """Newest first."""
+        with self._lock:
+            recs = [
+                r.rec
+                for r in self._rows.values()
+                if (params.queue is None or r.rec.queue == params.queue)
+                and (params.status is None or r.rec.status == params.status)
+                and (params.name is None or r.rec.name == params.name)
+            ]
+        recs.sort(key=lambda r: int(r.id), reverse=True)
+        return recs[params.offset : params.offset + params.limit]
+
+    def _row(self, job_id: str) -> _Row:
+        row = self._rows.get(job_id)
+        if row is None:
+            raise JobNotFound(job_id)
+        return row
+
+    def jobs_cancel(self, job_id: str) -> JobRecord:
+        """Pending -> cancelled."""
+        with self._lock:
+            row = self._row(job_id)
+            if row.rec.status != "pending":
+                raise InvalidTransition(
+                    f"job {job_id} is {row.rec.status}: only pending jobs cancel"
+                )
+            row.rec = replace(row.rec, status="cancelled", finished_at=self._now())
+            return row.rec
+
+    def jobs_retry(self, job_id: str) -> JobRecord:
+        """Failed or cancelled -> pending, attempts reset."""
+        with self._lock:
+            row = self._row(job_id)
+            if row.rec.status not in ("failed", "cancelled"):
+                raise InvalidTransition(
+                    f"job {job_id} is {row.rec.status}: only failed or cancelled jobs retry"
+                )
+            held = self._holder(row.rec.queue, row.rec.idempotency_key)
+            if held is not None:
+                raise DuplicateJob(
+                    f"job {held} holds idempotency key {row.rec.idempotency_key!r} already"
+                )
+            row.rec = replace(
+                row.rec,
+                status="pending",
+                attempts=0,
+                run_at=self._now(),
+                finished_at=None,
+                result=None,
+            )
+            self._inserts += 1
+            self._lock.notify_all()
+            return row.rec
+
+    def jobs_purge(self, params: JobsPurgeParams) -> int:
+        """Delete finished jobs older than the limit."""
+        bad = set(params.statuses) - FINISHED
+        if bad:
+            raise ValueError(f"only finished jobs can be purged, not {sorted(bad)}")
+        with self._lock:
+            limit = self._now() - params.older_than
+            doomed = [
+                r.rec.id
+                for r in self._rows.values()
+                if r.rec.status in params.statuses
+                and (params.queue is None or r.rec.queue == params.queue)
+                and r.rec.finished_at is not None
+                and r.rec.finished_at <= limit
+            ]
+            for job_id in doomed:
+                del self._rows[job_id]
+            return len(doomed)
+
+    # worker side ------------------------------------------------------------------------------
+
+    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+        """Claim due jobs in priority, run_at, id order within each queue's free concurrency."""
+        with self._lock:
+            now = self._now()
+            queues = set(params.queues)
+            room: dict[str, int | None] = {}
+            for name in queues:
+                cfg = self._queues.get(name)
+                if cfg is not None and cfg.paused:
+                    room[name] = 0
+                elif cfg is None or cfg.max_concurrency is None:
+                    room[name] = None
+                else:
+                    running = sum(
+                        1
+                        for r in self._rows.values()
+                        if r.rec.queue == name and r.rec.status == "running"
+                    )
+                    room[name] = max(cfg.max_concurrency - running, 0)
+            due = [
+                r
+                for r in self._rows.values()
+                if r.rec.status == "pending" and r.rec.queue in queues and r.rec.run_at <= now
+            ]
+            due.sort(key=lambda r: (-r.rec.priority, r.rec.run_at, int(r.rec.id)))
+            claimed: list[ClaimedJob] = []
+            for row in due:
+                if len(claimed) >= params.limit:
+                    break
+                left = room[row.rec.queue]
+                if left is not None:
+                    if left <= 0:
+                        continue
+                    room[row.rec.queue] = left - 1
+                row.token = uuid.uuid4().hex
+                row.lease_expires_at = now + row.lease
+                row.rec = replace(
+                    row.rec,
+                    status="running",
+                    attempts=row.rec.attempts + 1,
+                    started_at=now,
+                    worker_id=params.worker_id,
+                )
+                claimed.append(
+                    ClaimedJob(
+                        id=row.rec.id,
+                        name=row.rec.name,
+                        queue=row.rec.queue,
+                        payload=row.rec.payload,
+                        attempts=row.rec.attempts,
+                        max_attempts=row.rec.max_attempts,
+                        backoff=row.backoff,
+                        timeout=row.timeout,
+                        lease=row.lease,
+                        token=row.token,
+                        delivery=row.rec.delivery,
+                        parent_id=row.rec.parent_id,
+                    )
+                )
+            return claimed
+
+    def jobs_ack(self, params: JobsAckParams) -> list[str]:
+        """Apply each outcome whose token still matches; return the stale ids."""
+        if params.connection is not None:
+            from ..errors import ConfigurationError
+
+            raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
+        stale: list[str] = []
+        with self._lock:
+            now = self._now()
+            for out in params.outcomes:
+                row = self._rows.get(out.id)
+                if row is None or row.rec.status != "running" or row.token != out.token:
+                    stale.append(out.id)
+                    continue
+                row.token = None
+                row.lease_expires_at = None
+                rec = row.rec
+                if out.kind == "completed":
+                    row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
+                elif out.kind == "failed":
+                    row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
+                elif out.kind == "retry":
+                    row.rec = replace(
+                        rec, status="pending", error=out.error, run_at=now + out.delay
+                    )
+                else:  # release
+                    row.rec = replace(rec, status="pending", run_at=now, attempts=rec.attempts - 1)
+            if len(stale) < len(params.outcomes):
+                self._lock.notify_all()
+        return stale
+
+    def jobs_wait(self, params: JobsWaitParams) -> bool:
+        """Sleep on the condition until an insert or the timeout."""
+        with self._lock:
+            seen = self._inserts
+            self._lock.wait_for(lambda: self._inserts != seen, timeout=params.timeout)
+            return self._inserts != seen
+
+    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
+        """Push leases forward; return the lost ones."""
+        lost: list[str] = []
+        with self._lock:
+            now = self._now()
+            for job_id, token in params.jobs:
+                row = self._rows.get(job_id)
+                if row is None or row.rec.status != "running" or row.token != token:
+                    lost.append(job_id)
+                else:
+                    row.lease_expires_at = now + row.lease
+        return lost
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """Recover jobs whose lease lapsed."""
+        reaped: list[Reaped] = []
+        with self._lock:
+            now = self._now()
+            for row in self._rows.values():
+                if len(reaped) >= params.limit:
+                    break
+                rec = row.rec
+                expires = row.lease_expires_at
+                if rec.status != "running" or expires is None or expires >= now:
+                    continue
+                row.token = None
+                row.lease_expires_at = None
+                if rec.delivery == "at_most_once":
+                    row.rec = replace(
+                        rec, status="failed", error=AT_MOST_ONCE_LOST_ERROR, finished_at=now
+                    )
+                elif rec.attempts >= rec.max_attempts:
+                    row.rec = replace(rec, status="failed", error=LEASE_LOST_ERROR, finished_at=now)
+                else:
+                    row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
+                reaped.append(Reaped(rec.id, row.rec.status))
+            if reaped:
+                self._inserts += 1
+                self._lock.notify_all()
+        return reaped
+
+    # queues, workers, stats -------------------------------------------------------------------
+
+    def queues_configure(self, config: QueueConfig) -> None:
+        """Upsert a queue's settings."""
+        with self._lock:
+            self._queues[config.name] = config
+
+    def queues_list(self) -> list[QueueConfig]:
+        """Every configured queue."""
+        with self._lock:
+            return sorted(self._queues.values(), key=lambda q: q.name)
+
+    def workers_beat(self, params: WorkersBeatParams) -> None:
+        """Register, refresh or remove a worker; forget the silent ones."""
+        with self._lock:
+            now = self._now()
+            if params.stopping:
+                self._workers.pop(params.worker.id, None)
+            else:
+                self._workers[params.worker.id] = replace(params.worker, last_seen=now)
+            for wid, info in list(self._workers.items()):
+                if info.last_seen < now - params.forget_after:
+                    del self._workers[wid]
+
+    def workers_list(self) -> list[WorkerInfo]:
+        """Workers seen recently."""
+        with self._lock:
+            return sorted(self._workers.values(), key=lambda w: w.started_at)
+
+    def stats_get(self, params: StatsParams) -> list[QueueStats]:
+        """Counts by status per queue."""
+        with self._lock:
+            now = self._now()
+            names = {r.rec.queue for r in self._rows.values()} | set(self._queues)
+            if params.queues:
+                names &= set(params.queues)
+            out = []
+            for name in sorted(names):
+                counts = dict.fromkeys(STATUSES, 0)
+                recent = 0
+                for r in self._rows.values():
+                    if r.rec.queue != name:
+                        continue
+                    counts[r.rec.status] += 1
+                    fin = r.rec.finished_at
+                    if r.rec.status == "completed" and fin is not None and fin >= now - 60:
+                        recent += 1
+                out.append(QueueStats(name, counts, recent))
+            return out
+
+    def close(self) -> None:
+        """Nothing to release."""

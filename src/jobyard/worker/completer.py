@@ -1,0 +1,90 @@
+"""Writes outcomes back to the store in batches.
+
+A single thread takes every outcome queued since its last write and acknowledges them in one
+round trip. There is no batching delay: under load batches grow by themselves, while an idle
+worker acknowledges a lone job at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from ..backends.base import Backend, JobsAckParams, Outcome
+from ._retrying import call_with_retry
+
+log = logging.getLogger("jobyard.worker")
+
+MAX_BATCH = 500
+
+
+class Completer:
+    """Batches outcomes into ``jobs_ack`` calls; ``on_acked`` hears which ids were settled."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        on_acked: Callable[[list[Outcome], list[str]], None],
+        stopped: threading.Event,
+    ) -> None:
+        self.backend = backend
+        self.on_acked = on_acked
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopped = stopped
+
+    def put(self, outcome: Outcome) -> None:
+        """Queue one outcome for the next batch."""
+        self._queue.put(outcome)
+
+    def start(self) -> None:
+        """Start the writer thread (safe to call twice)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="jobyard-completer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then stop (safe to call twice)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            batch: list[Outcome] = []
+            done = first is None
+            if first is not None:
+                batch.append(first)
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+            if batch:
+                self._write(batch)
+            if done:
+                return
+
+    def _write(self, batch: list[Outcome]) -> None:
+        stale = call_with_retry(
+            lambda: self.backend.jobs_ack(JobsAckParams(batch)),
+            what="acknowledge jobs",
+            stopped=self._stopped,
+            default=None,
+        )
+        if stale is None:
+            # The store stayed unreachable until shutdown: the leases will lapse and the
+            # reaper will hand these jobs out again (at-least-once).
+            log.error("could not acknowledge %d jobs; they will run again", len(batch))
+            stale = [o.id for o in batch]
+        for job_id in stale:
+            log.warning("job %s: outcome refused, the lease was lost to another worker", job_id)
+        self.on_acked(batch, stale)

@@ -1,0 +1,100 @@
+"""Side tasks every worker runs: lease heartbeats and handler timeouts (fast ticks), and the
+lease reaper, worker registration and retention (slow ticks). No separate process is needed."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+
+from ..backends.base import (
+    Backend,
+    JobsPurgeParams,
+    LeasesReapParams,
+    WorkerInfo,
+    WorkersBeatParams,
+)
+
+log = logging.getLogger("jobyard.worker")
+
+
+class Ticker:
+    """A daemon thread calling ``tick()`` every ``interval`` seconds until stopped; a failing
+    tick is logged and retried at the next one (the store may be down for a while)."""
+
+    def __init__(self, name: str, interval: float, tick: Callable[[], None]) -> None:
+        self.name = name
+        self.interval = interval
+        self.tick = tick
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start ticking (safe to call twice)."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop ticking (safe to call twice)."""
+        self._stop.set()
+        if self._thread is not None:
+            if self._thread is not threading.current_thread():
+                self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.tick()
+            except Exception as exc:  # noqa: BLE001 - keep ticking through store outages
+                log.warning("%s: %s: %s", self.name, type(exc).__name__, exc)
+
+
+class Maintenance:
+    """The slow side tasks: reap lapsed leases, keep the worker registered, apply retention."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        info: WorkerInfo,
+        reap_interval: float,
+        retention: float | None,
+    ) -> None:
+        self.backend = backend
+        self.info = info
+        self.retention = retention
+        self._beats = 0
+        # Jitter spreads the reapers of many workers so they do not all scan at once.
+        interval = reap_interval * random.uniform(0.8, 1.2)
+        self.ticker = Ticker("jobyard-maintenance", interval, self.tick)
+        self._every = max(int(round(5.0 / interval)), 1)  # register about every 5 s
+
+    def start(self) -> None:
+        """Register the worker and start the ticks."""
+        self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=30.0))
+        self.ticker.start()
+
+    def stop(self) -> None:
+        """Stop ticking and unregister the worker (safe to call twice)."""
+        self.ticker.stop()
+        try:
+            self.backend.workers_beat(WorkersBeatParams(self.info, stopping=True))
+        except Exception as exc:  # noqa: BLE001 - it ages out of the registry anyway
+            log.warning("could not unregister worker %s: %s", self.info.id, exc)
+
+    def tick(self) -> None:
+        """One round of maintenance."""
+        for job in self.backend.leases_reap(LeasesReapParams()):
+            log.warning("job %s: lease lapsed (its worker is gone); now %s", job.id, job.status)
+        self._beats += 1
+        if self._beats % self._every == 0:
+            self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=30.0))
+            if self.retention is not None:
+                purged = self.backend.jobs_purge(
+                    JobsPurgeParams(("completed",), older_than=self.retention)
+                )
+                if purged:
+                    log.info("retention: purged %d completed jobs", purged)

@@ -1,0 +1,82 @@
+"""The fetch loop: claims as many jobs as the worker has room for, in one round trip, and sleeps
+on the store's push signal when there is nothing to do."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from ..backends.base import Backend, ClaimedJob, JobsClaimParams, JobsWaitParams
+
+log = logging.getLogger("jobyard.worker")
+
+
+class Producer:
+    """Claims jobs while ``room()`` says there is space and hands them to ``dispatch``."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        worker_id: str,
+        queues: Sequence[str],
+        room: Callable[[], int],
+        dispatch: Callable[[list[ClaimedJob]], None],
+        slot_freed: threading.Event,
+        poll_interval: float,
+    ) -> None:
+        self.backend = backend
+        self.worker_id = worker_id
+        self.queues = tuple(queues)
+        self.room = room
+        self.dispatch = dispatch
+        self.slot_freed = slot_freed
+        self.poll_interval = poll_interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start fetching (safe to call twice)."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="jobyard-producer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop fetching; returns once no claim is in flight (safe to call twice)."""
+        self._stop.set()
+        self.slot_freed.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        delay = 0.05
+        while not self._stop.is_set():
+            free = self.room()
+            if free <= 0:
+                # Every slot is busy: wait for one to free up rather than polling the store.
+                self.slot_freed.wait(self.poll_interval)
+                self.slot_freed.clear()
+                continue
+            try:
+                jobs = self.backend.jobs_claim(JobsClaimParams(self.worker_id, self.queues, free))
+                delay = 0.05
+            except Exception as exc:  # noqa: BLE001 - a store outage is waited out, not fatal
+                log.warning(
+                    "claim failed (%s: %s); retrying in %.2fs", type(exc).__name__, exc, delay
+                )
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if jobs:
+                self.dispatch(jobs)
+                continue
+            if self._stop.is_set():
+                break
+            try:
+                self.backend.jobs_wait(JobsWaitParams(self.queues, self.poll_interval))
+            except Exception as exc:  # noqa: BLE001
+                log.warning("waiting for jobs failed (%s: %s)", type(exc).__name__, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)

@@ -1,0 +1,409 @@
+"""The worker's lifecycle: start, stop, signals, and watching its own side tasks.
+
+Threads of one worker process:
+- the producer claims jobs (``producer.py``) and queues them for the handler threads;
+- ``concurrency`` handler threads run sync handlers; one event loop thread runs async ones;
+- the completer acknowledges outcomes in batches (``completer.py``);
+- the heartbeat renews leases and enforces timeouts; maintenance reaps lapsed leases
+  (``maintenance.py``).
+Only the handler threads run user code; every store call is made by the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import ClaimedJob, JobsAckParams, LeasesRenewParams, Outcome, WorkerInfo
+from ..job import check_name
+from . import executor
+from .completer import Completer
+from .maintenance import Maintenance, Ticker
+from .producer import Producer
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("jobyard.worker")
+
+
+@dataclass(slots=True)
+class _Running:
+    """A claimed job from claim until its outcome is acknowledged."""
+
+    job: ClaimedJob
+    ctx: executor.JobContext
+    next_renew: float  # monotonic
+    deadline: float | None = None  # monotonic; set when the handler starts
+    started: bool = False
+    settled: bool = False  # an outcome was decided (or the job was released)
+    future: Future[Any] | None = field(default=None, repr=False)
+
+
+class Worker:
+    """Runs jobs from ``queues`` with ``concurrency`` handlers at a time.
+
+    ``grace``: on stop, how long running jobs may take to finish before they are released back to
+    pending (uncounted). ``prefetch``: extra jobs claimed ahead of free slots, so a busy worker
+    does not wait a round trip between jobs (they hold a lease meanwhile). ``poll_interval``: the
+    longest sleep between claims when no push signal arrives.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 8,
+        *,
+        grace: float = 30.0,
+        prefetch: int | None = None,
+        poll_interval: float = 1.0,
+        reap_interval: float = 1.0,
+        retention: float | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.app = app
+        self.backend = app.backend
+        names = list(queues) if queues else sorted({jf.opts.queue for jf in app.registry.values()})
+        self.queues = tuple(check_name("queue", q) for q in (names or ["default"]))
+        self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else max(prefetch, 0)
+        self.grace = grace
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.info = WorkerInfo(
+            id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=concurrency,
+            started_at=time.time(),
+            last_seen=time.time(),
+        )
+        self._lock = threading.Lock()
+        self._running: dict[str, _Running] = {}
+        self._busy = 0  # handlers occupying a thread or task (a timed-out sync one still does)
+        self._slot_freed = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        self._halt = threading.Event()  # the worker is stopped for good: give up store retries
+        self._stop_requested = threading.Event()
+        self._force = threading.Event()
+        self._started = False
+        self._stopped = False
+        self._tasks: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.producer = Producer(
+            self.backend,
+            self.id,
+            self.queues,
+            self._room,
+            self._dispatch,
+            self._slot_freed,
+            poll_interval,
+        )
+        self.completer = Completer(self.backend, self._on_acked, self._halt)
+        self.heartbeat = Ticker("jobyard-heartbeat", 0.05, self._heartbeat)
+        self.maintenance = Maintenance(self.backend, self.info, reap_interval, retention)
+
+    # lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every part; jobs begin to run. Safe to call twice."""
+        if self._started:
+            return
+        self._started = True
+        for n in range(self.concurrency):
+            t = threading.Thread(
+                target=self._handler_thread, name=f"jobyard-handler-{n}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+        if any(jf.is_async for jf in self.app.registry.values()):
+            loop = asyncio.new_event_loop()
+            t = threading.Thread(target=loop.run_forever, name="jobyard-asyncio", daemon=True)
+            t.start()
+            self._loop = loop
+        self.completer.start()
+        self.heartbeat.start()
+        self.maintenance.start()
+        for consumer in self.app.consumers:
+            consumer.start()
+        self.producer.start()
+        log.info(
+            "worker %s started: queues=%s concurrency=%d",
+            self.id,
+            ",".join(self.queues),
+            self.concurrency,
+        )
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop claiming, let running jobs finish within ``grace`` seconds, release the rest to
+        pending (their attempt is not counted), write every outcome, unregister. Safe twice."""
+        if self._stopped or not self._started:
+            return
+        self._stopped = True
+        grace = self.grace if grace is None else grace
+        self.producer.stop()
+        for consumer in self.app.consumers:
+            consumer.stop(grace)
+        deadline = time.monotonic() + grace
+        with self._idle:
+            while self._unsettled() and not self._force.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(min(left, 0.1))
+        self._release_unsettled()
+        for _ in self._threads:
+            self._tasks.put(None)
+        self.completer.stop()
+        self.heartbeat.stop()
+        self.maintenance.stop()
+        self._halt.set()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        log.info("worker %s stopped", self.id)
+
+    def run(self) -> None:
+        """Start, then block until SIGINT or SIGTERM; stop gracefully. A second signal stops at
+        once, releasing whatever still runs."""
+        in_main = threading.current_thread() is threading.main_thread()
+        previous: dict[int, Any] = {}
+        if in_main:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self.start()
+            while not self._stop_requested.wait(0.5):
+                pass
+            log.info(
+                "worker %s stopping: waiting up to %.0fs for running jobs", self.id, self.grace
+            )
+            self.stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def request_stop(self, force: bool = False) -> None:
+        """Ask :meth:`run` to stop (as a signal would); ``force`` skips the grace period."""
+        if force or self._stop_requested.is_set():
+            self._force.set()
+            with self._idle:
+                self._idle.notify_all()
+        self._stop_requested.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.request_stop(force=self._stop_requested.is_set())
+
+    # claiming and running ----------------------------------------------------------------------
+
+    def _unsettled(self) -> int:
+        return sum(1 for r in self._running.values() if not r.settled)
+
+    def _room(self) -> int:
+        with self._lock:
+            if self._stopped:
+                return 0
+            return min(
+                self.concurrency - self._busy,
+                self.concurrency + self.prefetch - self._unsettled(),
+            )
+
+    def _dispatch(self, jobs: list[ClaimedJob]) -> None:
+        renew_at = time.monotonic()
+        with self._lock:
+            for job in jobs:
+                ctx = executor.JobContext(job, self.id, self.backend)
+                run = _Running(job, ctx, next_renew=renew_at + job.lease / 3)
+                self._running[job.id] = run
+                self._busy += 1
+                self._tasks.put(run)
+
+    def _handler_thread(self) -> None:
+        while True:
+            run = self._tasks.get()
+            if run is None:
+                return
+            try:
+                self._execute(run)
+            except Exception:  # noqa: BLE001 - a worker bug must not kill the handler thread
+                log.exception("job %s: internal error", run.job.id)
+                self._settle(run, Outcome(run.job.id, run.job.token, "release"))
+            finally:
+                with self._lock:
+                    self._busy -= 1
+                self._slot_freed.set()
+
+    def _execute(self, run: _Running) -> None:
+        job = run.job
+        with self._lock:
+            if run.settled:  # released while it waited for a thread
+                return
+            run.started = True
+            if job.timeout is not None:
+                run.deadline = time.monotonic() + job.timeout
+        resolved = executor.resolve(job, self.app.registry)
+        if isinstance(resolved, Outcome):
+            self._settle(run, resolved)
+            return
+        if resolved.is_async:
+            assert self._loop is not None
+            fut = asyncio.run_coroutine_threadsafe(
+                executor.run_async(run.ctx, resolved), self._loop
+            )
+            with self._lock:
+                run.deadline = None  # asyncio.wait_for enforces it and cancels the handler
+                run.future = fut
+            try:
+                outcome = fut.result()
+            except BaseException:  # noqa: BLE001 - cancelled at shutdown: released already
+                return
+        else:
+            outcome = executor.run_sync(run.ctx, resolved)
+        self._settle(run, outcome)
+
+    def _settle(self, run: _Running, outcome: Outcome) -> None:
+        """Record a job's outcome once: a late one (after a timeout or a release) is dropped."""
+        with self._lock:
+            if run.settled:
+                if outcome.kind != "release":
+                    log.warning(
+                        "job %s: finished after it was settled; its outcome is discarded",
+                        run.job.id,
+                    )
+                return
+            run.settled = True
+            self._idle.notify_all()
+        conn = run.ctx._connection
+        if conn is not None:
+            self._settle_transaction(run, outcome, conn)
+        else:
+            self.completer.put(outcome)
+
+    def _settle_transaction(self, run: _Running, outcome: Outcome, conn: Any) -> None:
+        """The handler wrote through its job's connection: commit those writes with the
+        completion, or roll them back with a failure or a lost lease."""
+        release = getattr(self.backend, "connection_release", None)
+        try:
+            if outcome.kind == "completed":
+                stale = self.backend.jobs_ack(JobsAckParams([outcome], connection=conn))
+                if stale:
+                    conn.rollback()
+                    log.warning("job %s: lease lost; its transaction was rolled back", run.job.id)
+                else:
+                    conn.commit()
+                self._on_acked([outcome], stale)
+                return
+            conn.rollback()
+        except Exception as exc:  # noqa: BLE001 - a broken connection: the lease will lapse
+            log.warning("job %s: transactional completion failed: %s", run.job.id, exc)
+            try:
+                conn.rollback()
+            except Exception:  # noqa: BLE001
+                pass
+            outcome = executor.classify(run.job, exc)
+        finally:
+            if release is not None:
+                release(conn)
+        self.completer.put(outcome)
+
+    def _on_acked(self, outcomes: list[Outcome], stale: list[str]) -> None:
+        with self._lock:
+            for o in outcomes:
+                run = self._running.get(o.id)
+                if run is not None and run.job.token == o.token:
+                    del self._running[o.id]
+            self._idle.notify_all()
+        self._slot_freed.set()
+
+    def _release_unsettled(self) -> None:
+        with self._lock:
+            left = [r for r in self._running.values() if not r.settled]
+        for run in left:
+            if run.future is not None:
+                run.future.cancel()
+            log.warning("job %s: released to pending at shutdown", run.job.id)
+            self._settle(run, Outcome(run.job.id, run.job.token, "release"))
+
+    # heartbeat ---------------------------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        due: list[tuple[str, str]] = []
+        overdue: list[_Running] = []
+        with self._lock:
+            for run in self._running.values():
+                if run.next_renew <= now:
+                    due.append((run.job.id, run.job.token))
+                    run.next_renew = now + run.job.lease / 3
+                if not run.settled and run.deadline is not None and run.deadline <= now:
+                    overdue.append(run)
+        for run in overdue:
+            # A thread cannot be killed: the attempt fails now, the handler's thread keeps its
+            # slot until the function returns, and what it returns then is discarded.
+            log.warning("job %s: timed out after %ss", run.job.id, run.job.timeout)
+            self._settle(run, executor.timed_out(run.job))
+        if due:
+            lost = self.backend.leases_renew(LeasesRenewParams(self.id, due))
+            for job_id in lost:
+                log.warning(
+                    "job %s: lease lost (another worker may run it); its outcome will be refused",
+                    job_id,
+                )
+
+
+def run_processes(app_ref: str, processes: int, **options: Any) -> int:
+    """Run ``processes`` worker processes of ``app_ref`` and supervise them: a child that dies is
+    replaced, SIGINT/SIGTERM are passed on (a second one too). Returns the exit status."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    children: list[Any] = []
+    stopping = threading.Event()
+
+    def spawn() -> Any:
+        p = ctx.Process(target=_child_main, args=(app_ref, options), daemon=False)
+        p.start()
+        return p
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        for p in children:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    children.extend(spawn() for _ in range(processes))
+    while True:
+        for i, p in enumerate(children):
+            if not p.is_alive() and not stopping.is_set():
+                log.warning(
+                    "worker process %s exited with %s; starting a replacement", p.pid, p.exitcode
+                )
+                children[i] = spawn()
+        if stopping.is_set() and not any(p.is_alive() for p in children):
+            return 0
+        time.sleep(0.2)
+
+
+def _child_main(app_ref: str, options: dict[str, Any]) -> None:
+    from ..app import load_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    app = load_app(app_ref)
+    app.run_worker(**options)
