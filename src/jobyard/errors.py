@@ -57,7 +57,7 @@ class JobCancelled(JobyardError):
         self.job_id = job_id
 
 
-class Retry(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.md fixes it
+class Retry(Exception):
     """Raised by a handler to ask for another attempt after ``delay`` seconds.
 
     The attempt counts against ``max_attempts``; once they are spent the job fails.
@@ -69,7 +69,7 @@ class Retry(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.m
         self.reason = reason
 
 
-class Drop(Exception):  # noqa: N818 - a control-flow signal, named as DESIGN.md fixes it
+class Drop(Exception):
     """Raised by a handler to fail its job at once, with no further attempts."""
 
     def __init__(self, reason: str = "dropped by handler") -> None:

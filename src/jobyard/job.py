@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .backends.base import DEFAULT_LEASE, Delivery, JobRecord, NewJob
 from .clock import to_datetime
-from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound
+from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
 
 if TYPE_CHECKING:

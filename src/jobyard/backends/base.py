@@ -4,9 +4,9 @@ A backend only moves state. It knows nothing of handlers, retries or backoff: th
 what happens to a job and tells the backend in a typed parameter object; the backend makes the
 change atomically and fenced by the claim's lease token.
 
-Time: every method that needs "now" reads ``self.clock.now()``, which is ``None`` unless a test froze
-the clock, and passes it into its statement as ``coalesce(:now, <store clock>)``. Delays travel as
-seconds relative to that "now", never as host wall-clock instants.
+Time: every method that needs "now" reads ``self.clock.now()``, which is ``None`` unless a test
+froze the clock, and passes it into its statement as ``coalesce(:now, <store clock>)``. Delays
+travel as seconds relative to that "now", never as host wall-clock instants.
 
 Every timestamp crossing this interface is epoch seconds (float, UTC).
 

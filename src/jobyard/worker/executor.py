@@ -23,7 +23,7 @@ log = logging.getLogger("jobyard.worker")
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("jobyard_job")
 
 
-class JobTimeout(Exception):  # noqa: N818 - reads as an outcome, like Retry and Drop
+class JobTimeout(Exception):
     """The handler ran past its job's timeout."""
 
 
@@ -130,7 +130,7 @@ def run_sync(ctx: JobContext, call: Call) -> Outcome:
     token = _current.set(ctx)
     try:
         value = call.func(*call.args, **call.kwargs)
-    except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         return classify(ctx.job, exc)

@@ -70,7 +70,7 @@ class Maintenance:
         # Jitter spreads the reapers of many workers so they do not all scan at once.
         interval = reap_interval * random.uniform(0.8, 1.2)
         self.ticker = Ticker("jobyard-maintenance", interval, self.tick)
-        self._every = max(int(round(5.0 / interval)), 1)  # register about every 5 s
+        self._every = max(round(5.0 / interval), 1)  # register about every 5 s
 
     def start(self) -> None:
         """Register the worker and start the ticks."""

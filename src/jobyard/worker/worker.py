@@ -12,6 +12,7 @@ Only the handler threads run user code; every store call is made by the others.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
@@ -184,8 +185,8 @@ class Worker:
         in_main = threading.current_thread() is threading.main_thread()
         previous: dict[int, Any] = {}
         if in_main:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, self._on_signal)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous[signum] = signal.signal(signum, self._on_signal)
         try:
             self.start()
             while not self._stop_requested.wait(0.5):
@@ -195,8 +196,8 @@ class Worker:
             )
             self.stop()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def request_stop(self, force: bool = False) -> None:
         """Ask :meth:`run` to stop (as a signal would); ``force`` skips the grace period."""
@@ -240,7 +241,7 @@ class Worker:
                 return
             try:
                 self._execute(run)
-            except Exception:  # noqa: BLE001 - a worker bug must not kill the handler thread
+            except Exception:
                 log.exception("job %s: internal error", run.job.id)
                 self._settle(run, Outcome(run.job.id, run.job.token, "release"))
             finally:
@@ -311,10 +312,8 @@ class Worker:
             conn.rollback()
         except Exception as exc:  # noqa: BLE001 - a broken connection: the lease will lapse
             log.warning("job %s: transactional completion failed: %s", run.job.id, exc)
-            try:
+            with contextlib.suppress(Exception):
                 conn.rollback()
-            except Exception:  # noqa: BLE001
-                pass
             outcome = executor.classify(run.job, exc)
         finally:
             if release is not None:
