@@ -1,0 +1,66 @@
+"""Handlers that record what they did, for tests that run real worker processes.
+
+Every execution writes a file into ``$JOBYARD_SINK`` so the test can count executions after the
+worker is gone (killed or not)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import jobyard
+
+app = jobyard.App()  # JOBYARD_URL
+SINK = Path(os.environ.get("JOBYARD_SINK", "."))
+
+
+def mark(kind: str, tag: str, text: str = "") -> None:
+    """Record one event as its own file: ``<kind>.<tag>.<unique>``."""
+    name = f"{kind}.{tag}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    (SINK / name).write_text(text or f"{time.time():.6f}")
+
+
+def marks(sink: Path, kind: str, tag: str = "") -> list[Path]:
+    """The events of one kind (and tag) recorded so far."""
+    prefix = f"{kind}.{tag}." if tag else f"{kind}."
+    return [p for p in sink.iterdir() if p.name.startswith(prefix)]
+
+
+@app.job(queue="work")
+def record(tag: str) -> int:
+    """Record one execution."""
+    mark("run", tag)
+    return os.getpid()
+
+
+@app.job(queue="leases", lease=1.0, max_attempts=3, backoff=jobyard.Backoff("fixed", base=0.0))
+def hang_first(tag: str, seconds: float) -> str:
+    """The first attempt announces itself and runs ``seconds`` before it answers "first";
+    later attempts answer "second" at once."""
+    attempt = jobyard.current_job().attempt
+    mark("start", tag, str(attempt))
+    if attempt == 1:
+        time.sleep(seconds)
+        mark("late", tag)
+        return "first"
+    return "second"
+
+
+@app.job(queue="leases", lease=1.0)
+def outlive_lease(tag: str, seconds: float) -> int:
+    """Run longer than the lease: only heartbeats keep the job."""
+    mark("start", tag)
+    time.sleep(seconds)
+    mark("end", tag)
+    return jobyard.current_job().attempt
+
+
+@app.job(queue="slow")
+def sleep_for(tag: str, seconds: float) -> str:
+    """Announce, then sleep."""
+    mark("start", tag)
+    time.sleep(seconds)
+    mark("end", tag)
+    return "slept"

@@ -1,0 +1,415 @@
+"""The public API and an in-process worker, on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+import jobyard
+from jobyard import testing
+from jobyard.backends.base import JobsInsertParams, NewJob
+from tests.conftest import running_worker, wait_until
+
+FAST = jobyard.Backoff("fixed", base=0.0, jitter=False)
+
+
+def test_enqueue_run_and_result(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job(queue="emails")
+    def send_email(to: str, subject: str) -> dict[str, str]:
+        return {"to": to, "subject": subject}
+
+    @app.job
+    async def resize(image: str) -> str:
+        await asyncio.sleep(0)
+        return image.upper()
+
+    h = send_email.enqueue("a@example.com", subject="hi")
+    r = resize.enqueue("cat.png")
+    assert app.get(h.id).status == jobyard.Status.PENDING
+    with running_worker(app, queues=["emails", "default"], concurrency=2):
+        assert h.result(timeout=10) == {"to": "a@example.com", "subject": "hi"}
+        assert r.result(timeout=10) == "CAT.PNG"
+    job = app.get(h.id)
+    assert (job.status, job.attempts, job.queue, job.name) == (
+        "completed",
+        1,
+        "emails",
+        "send_email",
+    )
+    assert job.args == ("a@example.com",) and job.kwargs == {"subject": "hi"}
+    assert job.started_at is not None and job.finished_at is not None and job.worker_id
+
+
+def test_enqueue_many_and_by_name(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    seen: list[int] = []
+
+    @app.job
+    def add(x: int, y: int = 0) -> int:
+        seen.append(x)
+        return x + y
+
+    handles = add.enqueue_many([((i,), {"y": 1}) for i in range(20)])
+    by_name = app.enqueue("add", 100, y=1)
+    assert len({h.id for h in handles}) == 20
+    assert testing.drain(app) == 21
+    assert [h.result(timeout=1) for h in handles] == [i + 1 for i in range(20)]
+    assert by_name.result(timeout=1) == 101
+    assert seen[:20] == list(range(20))  # enqueue order
+
+
+def test_enqueue_async(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job
+    def noop() -> None:
+        return None
+
+    async def produce() -> jobyard.JobHandle:
+        return await noop.enqueue_async()
+
+    h = asyncio.run(produce())
+    assert app.get(h.id).status == "pending"
+
+
+def test_non_json_arguments_are_refused_naming_the_argument(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+
+    @app.job
+    def f(*args: object, **kwargs: object) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="argument 1"):
+        f.enqueue(1, object())
+    with pytest.raises(TypeError, match="argument 'when'"):
+        f.enqueue(when=time)
+    with pytest.raises(TypeError, match="argument 0"):
+        f.enqueue(float("nan"))
+    assert app.jobs() == []
+
+
+def test_failures_retry_with_backoff_then_fail(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    app = make_app(clock)
+    calls: list[int] = []
+
+    @app.job(max_attempts=3, backoff=jobyard.Backoff("exponential", base=10, jitter=False))
+    def flaky() -> None:
+        calls.append(1)
+        raise ValueError("payment service down")
+
+    h = flaky.enqueue()
+    assert testing.drain(app) == 1
+    job = app.get(h.id)
+    assert (job.status, job.attempts) == ("pending", 1)
+    assert (job.run_at.timestamp() - clock.now()) == pytest.approx(10, abs=0.01)
+    assert "ValueError: payment service down" in (job.error or "")
+    clock.advance(9)
+    assert testing.drain(app) == 0
+    clock.advance(1.5)
+    assert testing.drain(app) == 1
+    assert (app.get(h.id).run_at.timestamp() - clock.now()) == pytest.approx(20, abs=0.01)
+    clock.advance(21)
+    assert testing.drain(app) == 1
+    job = app.get(h.id)
+    assert (job.status, job.attempts, len(calls)) == ("failed", 3, 3)
+    assert "Traceback" in (job.error or "") and "payment service down" in (job.error or "")
+    with pytest.raises(jobyard.JobFailed, match="payment service down"):
+        h.result(timeout=0)
+
+
+def test_retry_and_drop_from_a_handler(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    app = make_app(clock)
+
+    @app.job(max_attempts=5)
+    def snooze() -> str:
+        if jobyard.current_job().attempt == 1:
+            raise jobyard.Retry(delay=30)
+        return "done"
+
+    @app.job(max_attempts=5)
+    def poison() -> None:
+        raise jobyard.Drop("bad image")
+
+    s, p = snooze.enqueue(), poison.enqueue()
+    testing.drain(app)
+    assert (app.get(s.id).run_at.timestamp() - clock.now()) == pytest.approx(30, abs=0.01)
+    job = app.get(p.id)
+    assert (job.status, job.attempts) == ("failed", 1) and "bad image" in (job.error or "")
+    clock.advance(31)
+    testing.drain(app)
+    assert s.result(timeout=0) == "done" and app.get(s.id).attempts == 2
+
+
+def test_queue_configuration_applies_where_the_job_sets_none(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    app = make_app(clock)
+    app.configure_queue("emails", max_attempts=2, backoff="linear")
+
+    @app.job(queue="emails")
+    def send() -> None:
+        raise RuntimeError("smtp")
+
+    @app.job(queue="emails", max_attempts=1)
+    def once() -> None:
+        raise RuntimeError("smtp")
+
+    a, b = send.enqueue(), once.enqueue()
+    testing.drain(app)
+    assert app.get(a.id).status == "pending" and app.get(a.id).max_attempts == 2
+    assert app.get(b.id).status == "failed"
+    clock.advance(5)
+    testing.drain(app)
+    assert app.get(a.id).status == "failed"
+
+
+def test_options_priority_delay_and_idempotency(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    app = make_app(clock)
+    order: list[str] = []
+
+    @app.job
+    def step(name: str) -> None:
+        order.append(name)
+
+    step.enqueue("low")
+    step.options(priority=5).enqueue("high")
+    step.options(delay=60).enqueue("later")
+    k1 = step.options(idempotency_key="order-7").enqueue("keyed")
+    k2 = step.options(idempotency_key="order-7").enqueue("keyed again")
+    assert k1.id == k2.id and k1.created and not k2.created
+    testing.drain(app)
+    assert order == ["high", "low", "keyed"]
+    clock.advance(61)
+    testing.drain(app)
+    assert order[-1] == "later"
+    assert step.options(idempotency_key="order-7").enqueue("x").created  # free once done
+
+
+def test_cancel_and_retry_through_the_app(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.job(max_attempts=1)
+    def work(n: int) -> int:
+        ran.append(n)
+        if n == 2 and ran.count(2) == 1:
+            raise ValueError("first time fails")
+        return n
+
+    c = work.enqueue(1)
+    f = work.enqueue(2)
+    assert app.cancel(c.id).status == "cancelled"
+    with pytest.raises(jobyard.JobCancelled):
+        c.result(timeout=0)
+    testing.drain(app)
+    assert app.get(f.id).status == "failed"
+    assert app.retry(f.id).status == "pending"
+    assert app.retry(c.id).status == "pending"
+    testing.drain(app)
+    assert f.result(timeout=0) == 2 and c.result(timeout=0) == 1
+    with pytest.raises(jobyard.JobNotFound):
+        app.get("987654321")
+
+
+def test_queue_full(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    app.configure_queue("small", max_pending=2)
+
+    @app.job(queue="small")
+    def f(n: int) -> None:
+        return None
+
+    f.enqueue(1)
+    with pytest.raises(jobyard.QueueFull, match="small"):
+        f.enqueue_many([((2,), {}), ((3,), {})])
+    assert len(app.jobs(queue="small")) == 1
+
+
+def test_unknown_job_name_fails_and_the_worker_keeps_going(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+
+    @app.job
+    def known() -> str:
+        return "ok"
+
+    ghost = app.by_name("nobody_knows", max_attempts=1).enqueue()
+    after = known.enqueue()
+    with running_worker(app, concurrency=1):
+        assert after.result(timeout=10) == "ok"
+        with pytest.raises(jobyard.JobFailed, match="no handler registered for 'nobody_knows'"):
+            ghost.result(timeout=10)
+
+
+def test_corrupt_payload_fails_that_job_only(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job
+    def known() -> str:
+        return "ok"
+
+    (bad,) = app.backend.jobs_insert(
+        JobsInsertParams([NewJob(name="known", queue="default", payload="{not json")])
+    )
+    good = known.enqueue()
+    with running_worker(app, concurrency=1):
+        assert good.result(timeout=10) == "ok"
+        wait_until(lambda: app.get(bad.id).status == "failed", what="corrupt job failed")
+    job = app.get(bad.id)
+    assert job.attempts == 1 and "corrupt payload" in (job.error or "")
+    assert "<corrupt payload>" in job.kwargs
+
+
+def test_timeouts_fail_the_attempt(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    release = threading.Event()
+
+    @app.job(timeout=0.2, max_attempts=1)
+    def slow_sync() -> str:
+        release.wait(10)
+        return "late"
+
+    @app.job(timeout=0.2, max_attempts=1)
+    async def slow_async() -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    s, a = slow_sync.enqueue(), slow_async.enqueue()
+    with running_worker(app, concurrency=2):
+        for h in (s, a):
+            with pytest.raises(jobyard.JobFailed, match="timed out after 0.2s"):
+                h.result(timeout=10)
+        release.set()
+    assert app.get(s.id).result is None  # the late return was discarded
+
+
+def test_max_concurrency_across_two_workers(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    app.configure_queue("limited", max_concurrency=2)
+    lock = threading.Lock()
+    active = [0]
+    peak = [0]
+
+    @app.job(queue="limited")
+    def probe() -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+
+    handles = probe.enqueue_many([((), {}) for _ in range(12)])
+    with running_worker(app, concurrency=4), running_worker(app, concurrency=4):
+        for h in handles:
+            h.result(timeout=30)
+    assert peak[0] == 2
+
+
+def test_heartbeat_keeps_a_job_longer_than_its_lease(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    runs: list[int] = []
+
+    @app.job(lease=0.6)
+    def long_job() -> int:
+        runs.append(jobyard.current_job().attempt)
+        time.sleep(2.0)
+        return len(runs)
+
+    h = long_job.enqueue()
+    with (
+        running_worker(app, concurrency=2, reap_interval=0.1),
+        running_worker(app, concurrency=2, reap_interval=0.1),
+    ):
+        assert h.result(timeout=20) == 1
+    assert runs == [1] and app.get(h.id).attempts == 1
+
+
+def test_graceful_stop_releases_unfinished_jobs_uncounted(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.job
+    def stuck() -> None:
+        started.set()
+        release.wait(10)
+
+    @app.job
+    def quick() -> str:
+        return "done"
+
+    s = stuck.enqueue()
+    worker = app.worker(concurrency=1, reap_interval=0.2, poll_interval=0.2)
+    worker.start()
+    try:
+        assert started.wait(10)
+        worker.stop(grace=0.2)
+    finally:
+        release.set()
+        worker.stop()
+    job = app.get(s.id)
+    assert (job.status, job.attempts) == ("pending", 0)
+    q = quick.enqueue()
+    with running_worker(app, concurrency=2):
+        assert q.result(timeout=10) == "done"
+        wait_until(lambda: app.get(s.id).status == "completed", what="released job ran")
+    assert app.get(s.id).attempts == 1
+
+
+def test_at_most_once_job_runs_once_and_failure_is_final(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+
+    @app.job(delivery="at_most_once", max_attempts=5)
+    def fire() -> None:
+        raise ValueError("nope")
+
+    h = fire.enqueue()
+    testing.drain(app)
+    job = app.get(h.id)
+    assert (job.status, job.attempts) == ("failed", 1)
+
+
+def test_status_shows_live_workers(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job(queue="emails")
+    def noop() -> None:
+        return None
+
+    with running_worker(app, concurrency=1) as worker:
+        (seen,) = wait_until(app.workers, what="worker registered")
+        assert seen.id == worker.id and seen.queues == ("emails",)
+    assert app.workers() == []
+
+
+def test_bad_url_lists_the_supported_schemes() -> None:
+    with pytest.raises(jobyard.ConfigurationError, match=r"sqlite://.*postgresql://.*redis://"):
+        jobyard.App("mysql://localhost/db")
+
+
+def test_names_are_validated(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    with pytest.raises(jobyard.ConfigurationError, match="invalid queue name"):
+        app.job(name="fine", queue="bad name}")(lambda: None)
+    with pytest.raises(jobyard.ConfigurationError, match="invalid queue name"):
+        app.configure_queue("x" * 101)

@@ -1,0 +1,370 @@
+"""The Backend protocol, driven directly: the state moves of docs/backend-contract.md."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+import jobyard
+from jobyard.backends.base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    LEASE_LOST_ERROR,
+    Backend,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    JobsPurgeParams,
+    JobsWaitParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    NewJob,
+    Outcome,
+    QueueConfig,
+    StatsParams,
+    WorkerInfo,
+    WorkersBeatParams,
+)
+
+PAYLOAD = '{"args":[],"kwargs":{}}'
+
+
+def new(queue: str = "q", **kw: object) -> NewJob:
+    return NewJob(name=str(kw.pop("name", "task")), queue=queue, payload=PAYLOAD, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def backend(make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock) -> Backend:
+    return make_app(clock).backend
+
+
+def insert(backend: Backend, *jobs: NewJob) -> list[str]:
+    return [i.id for i in backend.jobs_insert(JobsInsertParams(list(jobs)))]
+
+
+def claim(backend: Backend, limit: int = 10, queues: tuple[str, ...] = ("q",), worker: str = "w1"):
+    return backend.jobs_claim(JobsClaimParams(worker, queues, limit))
+
+
+def test_insert_then_get_shows_a_pending_job(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    (job_id,) = insert(backend, new(priority=3))
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert (rec.status, rec.attempts, rec.max_attempts, rec.priority) == ("pending", 0, 4, 3)
+    assert rec.created_at == pytest.approx(clock.now(), abs=0.01)
+    assert rec.run_at == pytest.approx(clock.now(), abs=0.01)
+    assert backend.jobs_get("999999999") is None
+    assert backend.jobs_get("not-an-id") is None
+
+
+def test_claim_complete_lifecycle(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    (job_id,) = insert(backend, new())
+    (c,) = claim(backend)
+    assert (c.id, c.attempts, c.lease) == (job_id, 1, 30.0)
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and rec.status == "running" and rec.worker_id == "w1"
+    assert claim(backend) == []  # never to two claimers
+    clock.advance(2)
+    assert backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "completed", result="42")])) == []
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert (rec.status, rec.result, rec.attempts) == ("completed", "42", 1)
+    assert rec.finished_at == pytest.approx(clock.now(), abs=0.01)
+
+
+def test_claim_order_is_priority_then_run_at_then_enqueue_order(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    low_late = insert(backend, new(priority=0, delay=5))[0]
+    low_a, low_b = insert(backend, new(priority=0), new(priority=0))
+    high = insert(backend, new(priority=9))[0]
+    earlier = insert(backend, new(priority=0, run_at=clock.now() - 10))[0]
+    assert [c.id for c in claim(backend)] == [high, earlier, low_a, low_b]
+    clock.advance(5)
+    assert [c.id for c in claim(backend)] == [low_late]
+
+
+def test_claim_respects_limit_and_queues(backend: Backend) -> None:
+    insert(backend, new("a"), new("a"), new("a"), new("b"))
+    assert len(claim(backend, 2, ("a",))) == 2
+    assert {c.queue for c in claim(backend, 10, ("b",))} == {"b"}
+    assert len(claim(backend, 10, ("a", "b"))) == 1
+
+
+def test_delayed_job_waits_for_its_time(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    insert(backend, new(delay=60))
+    assert claim(backend) == []
+    clock.advance(59)
+    assert claim(backend) == []
+    clock.advance(1.5)
+    assert len(claim(backend)) == 1
+
+
+def test_retry_outcome_returns_to_pending_after_delay(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    (job_id,) = insert(backend, new())
+    (c,) = claim(backend)
+    backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "retry", error="boom", delay=10)]))
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and (rec.status, rec.error, rec.attempts) == ("pending", "boom", 1)
+    assert rec.run_at == pytest.approx(clock.now() + 10, abs=0.01)
+    assert claim(backend) == []
+    clock.advance(10.5)
+    (again,) = claim(backend)
+    assert again.attempts == 2 and again.token != c.token
+
+
+def test_failed_outcome_is_the_dead_letter(backend: Backend) -> None:
+    (job_id,) = insert(backend, new())
+    (c,) = claim(backend)
+    backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "failed", error="Traceback: x")]))
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and (rec.status, rec.error) == ("failed", "Traceback: x")
+    assert rec.finished_at is not None
+    assert claim(backend) == []
+
+
+def test_release_does_not_count_the_attempt(backend: Backend) -> None:
+    (job_id,) = insert(backend, new())
+    (c,) = claim(backend)
+    backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "release")]))
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and (rec.status, rec.attempts) == ("pending", 0)
+    assert claim(backend)[0].attempts == 1
+
+
+def test_stale_token_is_refused_everywhere(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    (job_id,) = insert(backend, new(lease=5))
+    (first,) = claim(backend, worker="w1")
+    clock.advance(6)
+    assert [r.id for r in backend.leases_reap(LeasesReapParams())] == [job_id]
+    (second,) = claim(backend, worker="w2")
+    stale = Outcome(first.id, first.token, "completed", result='"first"')
+    assert backend.jobs_ack(JobsAckParams([stale])) == [job_id]
+    assert backend.leases_renew(LeasesRenewParams("w1", [(first.id, first.token)])) == [job_id]
+    assert backend.leases_renew(LeasesRenewParams("w2", [(second.id, second.token)])) == []
+    fresh = Outcome(second.id, second.token, "completed", result='"second"')
+    assert backend.jobs_ack(JobsAckParams([fresh])) == []
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert (rec.status, rec.result, rec.attempts, rec.worker_id) == (
+        "completed",
+        '"second"',
+        2,
+        "w2",
+    )
+    assert backend.jobs_ack(JobsAckParams([fresh])) == [job_id]  # settled twice: refused
+
+
+def test_renewal_keeps_a_lease_alive(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    (job_id,) = insert(backend, new(lease=5))
+    (c,) = claim(backend)
+    for _ in range(4):
+        clock.advance(3)
+        assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])) == []
+        assert backend.leases_reap(LeasesReapParams()) == []
+    clock.advance(5.5)
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
+        (job_id, "pending")
+    ]
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and rec.error == LEASE_LOST_ERROR and rec.attempts == 1
+
+
+def test_reaper_fails_a_job_whose_attempts_are_spent(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    (job_id,) = insert(backend, new(lease=1, max_attempts=2))
+    for expected in ("pending", "failed"):
+        claim(backend)
+        clock.advance(2)
+        assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
+            (job_id, expected)
+        ]
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and (rec.status, rec.attempts, rec.error) == (
+        "failed",
+        2,
+        LEASE_LOST_ERROR,
+    )
+
+
+def test_reaper_never_reruns_an_at_most_once_job(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    (job_id,) = insert(backend, new(lease=1, delivery="at_most_once"))
+    claim(backend)
+    clock.advance(2)
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
+        (job_id, "failed")
+    ]
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and rec.error == AT_MOST_ONCE_LOST_ERROR
+    assert claim(backend) == []
+
+
+def test_idempotency_key_scope_is_pending_and_running(backend: Backend) -> None:
+    first = backend.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))[0]
+    again = backend.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))[0]
+    other_queue = backend.jobs_insert(JobsInsertParams([new("r", idempotency_key="order-7")]))[0]
+    assert first.created and not again.created and again.id == first.id
+    assert other_queue.created and other_queue.id != first.id
+    (c,) = claim(backend)
+    running = backend.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))[0]
+    assert running.id == first.id and not running.created
+    backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "completed", result="null")]))
+    after = backend.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))[0]
+    assert after.created and after.id != first.id
+
+
+def test_idempotency_key_repeated_in_one_batch(backend: Backend) -> None:
+    a, b, c = backend.jobs_insert(
+        JobsInsertParams([new(idempotency_key="k"), new(idempotency_key="k"), new()])
+    )
+    assert a.created and not b.created and b.id == a.id and c.created
+
+
+def test_max_pending_refuses_the_whole_batch(backend: Backend) -> None:
+    backend.queues_configure(QueueConfig("q", max_pending=3))
+    insert(backend, new(), new())
+    with pytest.raises(jobyard.QueueFull):
+        insert(backend, new(), new())
+    assert len(backend.jobs_list(JobsListParams(queue="q", limit=100))) == 2
+    insert(backend, new())
+    with pytest.raises(jobyard.QueueFull):
+        insert(backend, new())
+    claim(backend, 1)
+    insert(backend, new())  # a running job no longer counts as pending
+
+
+def test_queue_settings_apply_where_the_job_sets_none(backend: Backend) -> None:
+    backoff = jobyard.Backoff("linear", base=2.0).to_json()
+    backend.queues_configure(QueueConfig("q", max_attempts=7, backoff=backoff))
+    a, b = insert(backend, new(), new(max_attempts=2))
+    recs = {r.id: r for r in backend.jobs_list(JobsListParams(queue="q"))}
+    assert (recs[a].max_attempts, recs[b].max_attempts) == (7, 2)
+    claimed = {c.id: c for c in claim(backend)}
+    assert jobyard.Backoff.from_json(claimed[a].backoff).kind == "linear"
+    assert [q.name for q in backend.queues_list()] == ["q"]
+
+
+def test_max_concurrency_counts_running_jobs_of_every_worker(backend: Backend) -> None:
+    backend.queues_configure(QueueConfig("q", max_concurrency=2))
+    insert(backend, *[new() for _ in range(5)])
+    assert len(claim(backend, 10, worker="w1")) == 2
+    assert claim(backend, 10, worker="w2") == []
+    backend.queues_configure(QueueConfig("q", max_concurrency=3))
+    assert len(claim(backend, 10, worker="w2")) == 1
+
+
+def test_paused_queue_is_not_claimed(backend: Backend) -> None:
+    backend.queues_configure(QueueConfig("q", paused=True))
+    insert(backend, new())
+    assert claim(backend) == []
+    backend.queues_configure(QueueConfig("q"))
+    assert len(claim(backend)) == 1
+
+
+def test_cancel_and_retry(backend: Backend) -> None:
+    a, b = insert(backend, new(idempotency_key="x"), new())
+    assert backend.jobs_cancel(a).status == "cancelled"
+    with pytest.raises(jobyard.InvalidTransition):
+        backend.jobs_cancel(a)
+    with pytest.raises(jobyard.JobNotFound):
+        backend.jobs_cancel("424242")
+    (c,) = claim(backend)
+    assert c.id == b
+    with pytest.raises(jobyard.InvalidTransition):
+        backend.jobs_cancel(b)  # running jobs are not cancelled
+    with pytest.raises(jobyard.InvalidTransition):
+        backend.jobs_retry(b)
+    backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "failed", error="e")]))
+    rec = backend.jobs_retry(b)
+    assert (rec.status, rec.attempts) == ("pending", 0)
+    holder = insert(backend, new(idempotency_key="x"))[0]  # a's key is free once cancelled
+    with pytest.raises(jobyard.DuplicateJob):
+        backend.jobs_retry(a)
+    backend.jobs_cancel(holder)
+    assert backend.jobs_retry(a).status == "pending"
+
+
+def test_list_filters_and_newest_first(backend: Backend) -> None:
+    a, b, c = insert(backend, new(), new(name="other"), new("r"))
+    assert [r.id for r in backend.jobs_list(JobsListParams())] == [c, b, a]
+    assert [r.id for r in backend.jobs_list(JobsListParams(queue="q"))] == [b, a]
+    assert [r.id for r in backend.jobs_list(JobsListParams(name="other"))] == [b]
+    assert [r.id for r in backend.jobs_list(JobsListParams(limit=1, offset=1))] == [b]
+    assert backend.jobs_list(JobsListParams(status="running")) == []
+
+
+def test_purge_removes_old_finished_jobs_only(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    insert(backend, new(), new(), new())
+    done, failed = claim(backend, 2)
+    backend.jobs_ack(
+        JobsAckParams(
+            [
+                Outcome(done.id, done.token, "completed", result="1"),
+                Outcome(failed.id, failed.token, "failed", error="e"),
+            ]
+        )
+    )
+    clock.advance(100)
+    assert backend.jobs_purge(JobsPurgeParams(("completed",), older_than=200)) == 0
+    assert backend.jobs_purge(JobsPurgeParams(("completed",), older_than=50)) == 1
+    assert backend.jobs_get(done.id) is None and backend.jobs_get(failed.id) is not None
+    with pytest.raises(ValueError):
+        backend.jobs_purge(JobsPurgeParams(("pending",)))
+
+
+def test_stats_and_workers(backend: Backend, clock: jobyard.FrozenClock) -> None:
+    insert(backend, new(), new(), new("r"))
+    (c,) = claim(backend, 1)
+    backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "completed", result="1")]))
+    stats = {s.queue: s for s in backend.stats_get(StatsParams())}
+    assert stats["q"].counts == {
+        "pending": 1,
+        "running": 0,
+        "completed": 1,
+        "failed": 0,
+        "cancelled": 0,
+    }
+    assert stats["q"].completed_last_minute == 1 and stats["r"].counts["pending"] == 1
+    assert [s.queue for s in backend.stats_get(StatsParams(("r",)))] == ["r"]
+    clock.advance(61)
+    assert backend.stats_get(StatsParams(("q",)))[0].completed_last_minute == 0
+
+    info = WorkerInfo("w-1", "host", 123, ("q",), 8, clock.now(), 0.0)
+    backend.workers_beat(WorkersBeatParams(info))
+    (seen,) = backend.workers_list()
+    assert (seen.id, seen.pid, seen.queues) == ("w-1", 123, ("q",))
+    assert seen.last_seen == pytest.approx(clock.now(), abs=0.01)
+    clock.advance(100)
+    backend.workers_beat(WorkersBeatParams(WorkerInfo("w-2", "h", 1, ("q",), 1, 0, 0)))
+    assert [w.id for w in backend.workers_list()] == ["w-2"]  # w-1 went silent
+    backend.workers_beat(
+        WorkersBeatParams(WorkerInfo("w-2", "h", 1, ("q",), 1, 0, 0), stopping=True)
+    )
+    assert backend.workers_list() == []
+
+
+def test_wait_is_woken_by_an_insert(backend: Backend) -> None:
+    import threading
+    import time
+
+    woke: list[bool] = []
+    t = threading.Thread(target=lambda: woke.append(backend.jobs_wait(JobsWaitParams(["q"], 10))))
+    t.start()
+    time.sleep(0.05)  # let the waiter subscribe; correctness does not depend on it
+    started = time.monotonic()
+    insert(backend, new())
+    t.join(10)
+    assert woke and time.monotonic() - started < 5
+
+
+def test_corrupt_payload_is_stored_as_given(backend: Backend) -> None:
+    (job_id,) = insert(backend, NewJob(name="task", queue="q", payload="{not json"))
+    (c,) = claim(backend)
+    assert c.payload == "{not json"
+    assert backend.jobs_get(job_id) is not None
