@@ -292,7 +292,7 @@ def test_timeouts_fail_the_attempt(make_app: Callable[..., jobyard.App]) -> None
     s, a = slow_sync.enqueue(), slow_async.enqueue()
     with running_worker(app, concurrency=2):
         for h in (s, a):
-            with pytest.raises(jobyard.JobFailed, match="timed out after 0.2s"):
+            with pytest.raises(jobyard.JobFailed, match=r"timed out after 0\.2s"):
                 h.result(timeout=10)
         release.set()
     assert app.get(s.id).result is None  # the late return was discarded
