@@ -321,7 +321,7 @@ def load_app(ref: str) -> App:
             obj = getattr(obj, part)
         except AttributeError:
             raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, App):
+    if callable(obj) and not isinstance(obj, App | JobFunction):  # a job is no factory
         obj = obj()  # a factory, as uvicorn's --factory
     if not isinstance(obj, App):
         raise ConfigurationError(f"{ref!r} is a {type(obj).__name__}, not a jobyard.App")
