@@ -1,0 +1,254 @@
+"""A hypothesis state machine of the lifecycle, run against every backend and checked against a
+plain Python model after every step: enqueue, claim, heartbeat, ack (complete / retry / fail /
+release, with live or stale tokens), lease lapse, cancel, retry and clock advance."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import jobyard
+from jobyard.backends.base import (
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    NewJob,
+    Outcome,
+)
+from tests.conftest import STORES, make_store_url
+
+LEASE = 10.0
+EXAMPLES = {"memory": 60, "sqlite": 30, "postgres": 15, "redis": 25, "redis_cluster": 10}
+
+
+@dataclass
+class ModelJob:
+    id: str
+    queue: str
+    priority: int
+    run_at: float
+    seq: int
+    max_attempts: int
+    key: str | None
+    status: str = "pending"
+    attempts: int = 0
+    token: str | None = None
+    expires: float | None = None
+
+
+class Lifecycle(RuleBasedStateMachine):
+    kind = "memory"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="jobyard-sm-"))
+        self.clock = jobyard.FrozenClock(1_800_000_000.0)
+        self.app = jobyard.App(make_store_url(self.kind, self.tmp), clock=self.clock)
+        self.backend = self.app.backend
+        self.jobs: dict[str, ModelJob] = {}
+        self.seq = 0
+        self.stale: list[tuple[str, str]] = []  # tokens that were once valid
+
+    def teardown(self) -> None:
+        self.app.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # helpers ------------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return self.clock.now()
+
+    def held(self) -> list[ModelJob]:
+        return [j for j in self.jobs.values() if j.status == "running"]
+
+    def holder(self, queue: str, key: str | None) -> ModelJob | None:
+        for j in self.jobs.values():
+            if key and j.queue == queue and j.key == key and j.status in ("pending", "running"):
+                return j
+        return None
+
+    # rules --------------------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        pass
+
+    @rule(
+        queue=st.sampled_from(["a", "b"]),
+        priority=st.integers(-2, 2),
+        delay=st.sampled_from([0.0, 0.0, 5.0, 20.0]),
+        max_attempts=st.integers(1, 3),
+        key=st.one_of(st.none(), st.sampled_from(["k1", "k2"])),
+    )
+    def enqueue(
+        self, queue: str, priority: int, delay: float, max_attempts: int, key: str | None
+    ) -> None:
+        new = NewJob(
+            name="task",
+            queue=queue,
+            payload='{"args":[],"kwargs":{}}',
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+            lease=LEASE,
+            idempotency_key=key,
+        )
+        (ins,) = self.backend.jobs_insert(JobsInsertParams([new]))
+        existing = self.holder(queue, key)
+        if existing is not None:
+            assert (ins.id, ins.created) == (existing.id, False)
+            return
+        assert ins.created and ins.id not in self.jobs
+        self.seq += 1
+        self.jobs[ins.id] = ModelJob(
+            ins.id, queue, priority, self.now() + delay, self.seq, max_attempts, key
+        )
+
+    @rule(limit=st.integers(1, 4), queues=st.sampled_from([("a",), ("b",), ("a", "b")]))
+    def claim(self, limit: int, queues: tuple[str, ...]) -> None:
+        due = sorted(
+            (
+                j
+                for j in self.jobs.values()
+                if j.status == "pending" and j.queue in queues and j.run_at <= self.now()
+            ),
+            key=lambda j: (-j.priority, j.run_at, j.seq),
+        )
+        expected = [j.id for j in due[:limit]]
+        got = self.backend.jobs_claim(JobsClaimParams("w", queues, limit))
+        assert [c.id for c in got] == expected
+        for c in got:
+            j = self.jobs[c.id]
+            j.status, j.attempts, j.token = "running", j.attempts + 1, c.token
+            j.expires = self.now() + LEASE
+            assert c.attempts == j.attempts
+
+    @precondition(lambda self: self.held())
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(["completed", "retry", "failed", "release"]),
+        delay=st.sampled_from([0.0, 3.0]),
+    )
+    def ack(self, data: st.DataObject, kind: str, delay: float) -> None:
+        j = data.draw(st.sampled_from(sorted(self.held(), key=lambda j: j.seq)))
+        assert j.token is not None
+        out = Outcome(j.id, j.token, kind, result="1", error="e", delay=delay)  # type: ignore[arg-type]
+        assert self.backend.jobs_ack(JobsAckParams([out])) == []
+        self.stale.append((j.id, j.token))
+        j.token = j.expires = None
+        if kind == "completed":
+            j.status = "completed"
+        elif kind == "failed":
+            j.status = "failed"
+        elif kind == "retry":
+            j.status, j.run_at = "pending", self.now() + delay
+        else:
+            j.status, j.run_at, j.attempts = "pending", self.now(), j.attempts - 1
+
+    @precondition(lambda self: self.stale)
+    @rule(data=st.data(), kind=st.sampled_from(["completed", "failed", "release"]))
+    def stale_ack(self, data: st.DataObject, kind: str) -> None:
+        job_id, token = data.draw(st.sampled_from(self.stale))
+        out = Outcome(job_id, token, kind, result="2", error="stale")  # type: ignore[arg-type]
+        assert self.backend.jobs_ack(JobsAckParams([out])) == [job_id]
+        assert self.backend.leases_renew(LeasesRenewParams("w", [(job_id, token)])) == [job_id]
+
+    @precondition(lambda self: self.held())
+    @rule()
+    def heartbeat(self) -> None:
+        held = self.held()
+        pairs = [(j.id, j.token or "") for j in held]
+        assert self.backend.leases_renew(LeasesRenewParams("w", pairs)) == []
+        for j in held:
+            j.expires = self.now() + LEASE
+
+    @rule(seconds=st.sampled_from([1.0, 4.0, 11.0]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule()
+    def reap(self) -> None:
+        expected = {}
+        for j in self.held():
+            assert j.expires is not None
+            if j.expires < self.now():
+                expected[j.id] = "failed" if j.attempts >= j.max_attempts else "pending"
+        got = {r.id: r.status for r in self.backend.leases_reap(LeasesReapParams())}
+        assert got == expected
+        for job_id, status in got.items():
+            j = self.jobs[job_id]
+            assert j.token is not None
+            self.stale.append((j.id, j.token))
+            j.status, j.token, j.expires = status, None, None
+            if status == "pending":
+                j.run_at = self.now()
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        j = data.draw(st.sampled_from(sorted(self.jobs.values(), key=lambda j: j.seq)))
+        if j.status == "pending":
+            assert self.backend.jobs_cancel(j.id).status == "cancelled"
+            j.status = "cancelled"
+        else:
+            with pytest.raises(jobyard.InvalidTransition):
+                self.backend.jobs_cancel(j.id)
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def redrive(self, data: st.DataObject) -> None:
+        j = data.draw(st.sampled_from(sorted(self.jobs.values(), key=lambda j: j.seq)))
+        if j.status not in ("failed", "cancelled"):
+            with pytest.raises(jobyard.InvalidTransition):
+                self.backend.jobs_retry(j.id)
+        elif self.holder(j.queue, j.key) is not None:
+            with pytest.raises(jobyard.DuplicateJob):
+                self.backend.jobs_retry(j.id)
+        else:
+            assert self.backend.jobs_retry(j.id).status == "pending"
+            j.status, j.attempts, j.run_at = "pending", 0, self.now()
+
+    # invariants ---------------------------------------------------------------------------------
+
+    @invariant()
+    def store_matches_model(self) -> None:
+        for j in self.jobs.values():
+            rec = self.backend.jobs_get(j.id)
+            assert rec is not None
+            assert (rec.status, rec.attempts) == (j.status, j.attempts), j
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_lifecycle_state_machine(kind: str, tmp_path: Path) -> None:
+    make_store_url(kind, tmp_path)  # skips when the backend is not there
+
+    class Machine(Lifecycle):
+        pass
+
+    Machine.kind = kind
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=EXAMPLES[kind],
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        ),
+    )
