@@ -1,0 +1,163 @@
+"""SQLite URLs and connections: one connection per thread, write transactions, fork safety."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Iterator
+
+from ...errors import ConfigurationError, JobyardError
+
+PREFIX = "sqlite:///"
+BUSY_TIMEOUT = 10.0  # seconds a statement waits for another connection's write lock
+
+
+def parse_url(url: str) -> str:
+    """The absolute path of the database file a ``sqlite:///`` URL names.
+
+    ``sqlite:///jobs.db`` is relative to the working directory, ``sqlite:////var/jobs.db``
+    absolute (SQLAlchemy's convention). An in-memory database is refused: it could not be shared
+    by the connections of several threads, let alone by worker processes.
+    """
+    if not url.lower().startswith(PREFIX):
+        raise ConfigurationError(
+            f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
+        )
+    path = url[len(PREFIX) :].split("?", 1)[0]
+    if not path or path.endswith("/"):
+        raise ConfigurationError(f"invalid SQLite URL {url!r}: it names no database file")
+    if path == ":memory:" or path.startswith("file:"):
+        raise ConfigurationError(
+            f"unsupported SQLite URL {url!r}: jobyard needs a database file that worker "
+            "processes can share, not an in-memory database"
+        )
+    path = os.path.realpath(path)
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise ConfigurationError(f"cannot open SQLite store {url!r}: no directory {folder!r}")
+    return path
+
+
+class Connections:
+    """One ``sqlite3`` connection per thread, opened on first use.
+
+    A connection serves one thread at a time, and a thread needs its own to run its own
+    transaction, so connections are kept in a ``threading.local``. They are also listed here so
+    that :meth:`close` can close all of them and connections of finished threads are closed when
+    another thread opens one (``check_same_thread=False`` only permits that bookkeeping; no
+    connection is ever used by two threads).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._all: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
+        self._pid = os.getpid()
+        self._closed = False
+
+    def get(self) -> sqlite3.Connection:
+        """This thread's connection."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._pid == os.getpid():
+            return conn
+        return self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._closed:
+                raise JobyardError(f"the SQLite store {self.path} is closed")
+            if self._pid != os.getpid():
+                # A forked child must not touch its parent's connections (SQLite forbids
+                # carrying them over a fork; closing one could even checkpoint and delete the
+                # parent's WAL file). Abandon them and start afresh.
+                self._pid = os.getpid()
+                self._local = threading.local()
+                self._all = []
+            self._close_orphans()
+            conn = connect(self.path)
+            self._all.append((weakref.ref(threading.current_thread()), conn))
+            self._local.conn = conn
+            return conn
+
+    def _close_orphans(self) -> None:
+        alive = []
+        for ref, conn in self._all:
+            thread = ref()
+            if thread is None or not thread.is_alive():
+                conn.close()
+            else:
+                alive.append((ref, conn))
+        self._all = alive
+
+    def close(self) -> None:
+        """Close every connection; later calls raise. Safe to call twice."""
+        with self._lock:
+            self._closed = True
+            if self._pid == os.getpid():
+                for _, conn in self._all:
+                    conn.close()
+            self._all = []
+            self._local = threading.local()
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """Open ``path`` set up for many processes: WAL, NORMAL sync, a busy timeout.
+
+    ``isolation_level=None`` turns off the ``sqlite3`` module's implicit transactions; the
+    backend opens each one itself (:func:`write`), so it decides when the write lock is taken.
+    """
+    try:
+        conn = sqlite3.connect(
+            path,
+            # sqlite3_busy_timeout: a locked database is retried for this long, not failed.
+            timeout=BUSY_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+        )
+        # WAL: readers never block the writer nor the writer the readers, which is what lets
+        # idle workers poll and the dashboard read while a claim holds the write lock.
+        conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL in WAL mode loses no committed transaction on a process crash, only possibly
+        # the last ones on power loss, and saves an fsync per commit.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA temp_store = MEMORY")
+    except sqlite3.DatabaseError as exc:
+        raise ConfigurationError(f"cannot open SQLite store {path!r}: {exc}") from exc
+    return conn
+
+
+@contextlib.contextmanager
+def write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that holds SQLite's write lock from its first statement.
+
+    ``BEGIN IMMEDIATE`` takes the lock up front (waiting up to the busy timeout for it). A plain
+    ``BEGIN`` would read first and try to upgrade later, and in WAL mode a reader whose snapshot
+    went stale meanwhile gets SQLITE_BUSY at once, busy timeout or not; a claim's read, count
+    and update must also see one state, which only the lock guarantees.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        # Whatever failed, never leave the thread's connection inside a transaction: its next
+        # BEGIN would fail, and an open write transaction would block every other writer.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def read(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A read transaction: several SELECTs that see one snapshot. Never waits for writers."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")

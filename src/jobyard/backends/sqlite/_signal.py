@@ -1,0 +1,64 @@
+"""The in-process half of the SQLite push signal.
+
+Producers and workers that share a process share one :class:`Signal` per database file: a commit
+that may make a job due bumps a counter and wakes every waiter at once, with no polling. Other
+processes cannot see this object; they notice the commit through ``PRAGMA data_version``
+(see ``SQLiteBackend.jobs_wait``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+
+ANY = "*"  # a change that may concern every queue (an ack, a reap)
+
+
+class Signal:
+    """Per-queue change counters guarded by one condition variable."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self._seq: dict[str, int] = {}
+
+    def notify(self, queues: Iterable[str] | None = None) -> None:
+        """Record a change in ``queues`` (``None``: possibly any queue) and wake all waiters."""
+        with self.cond:
+            for queue in (ANY,) if queues is None else queues:
+                self._seq[queue] = self._seq.get(queue, 0) + 1
+            self.cond.notify_all()
+
+    def snapshot(self, queues: Sequence[str]) -> tuple[int, ...]:
+        """The counters a waiter on ``queues`` compares against. Call with ``cond`` held."""
+        seq = self._seq
+        return (seq.get(ANY, 0), *(seq.get(q, 0) for q in queues))
+
+
+_registry: dict[tuple[int, str], Signal] = {}
+_registry_lock = threading.Lock()
+
+
+def signal_for(path: str) -> Signal:
+    """The signal of the database file at ``path`` (absolute, resolved) in this process.
+
+    Keyed by pid as well: a child forked while a parent thread held a condition must not
+    inherit that locked condition.
+    """
+    key = (os.getpid(), path)
+    with _registry_lock:
+        signal = _registry.get(key)
+        if signal is None:
+            signal = _registry[key] = Signal()
+        return signal
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held the registry lock at fork time; the child has only
+    # the forking thread, so nobody would ever release it.
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _registry.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,625 @@
+"""The SQLite backend: one database file in WAL mode, shared by workers on one host.
+
+Concurrency model. SQLite has one writer at a time per file. Every state change runs inside
+``BEGIN IMMEDIATE`` (see ``_connection.write``), which takes that write lock before reading
+anything, so a read-decide-write sequence (a claim counting running jobs, an insert checking
+max_pending, a re-drive checking an idempotency key) is atomic across every thread and process.
+Readers use WAL snapshots and never wait. Each thread has its own connection.
+
+Push signal. An insert commits, then wakes waiters in the same process through a condition
+variable (``_signal``); waiters also poll ``PRAGMA data_version`` every few milliseconds, which
+changes when another connection (another process) commits, and then check cheaply whether one of
+their queues has a due job.
+
+All SQL is in ``queries.sql`` and ``migrations/``; this module only binds parameters and maps
+rows to the records of :mod:`jobyard.backends.base`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ...clock import Clock
+from ...errors import (
+    ConfigurationError,
+    DuplicateJob,
+    InvalidTransition,
+    JobNotFound,
+    JobyardError,
+    QueueFull,
+    SchemaError,
+)
+from ..base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    DEFAULT_MAX_ATTEMPTS,
+    LEASE_LOST_ERROR,
+    STATUSES,
+    ClaimedJob,
+    Inserted,
+    JobRecord,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    JobsPurgeParams,
+    JobsWaitParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    QueueConfig,
+    QueueStats,
+    Reaped,
+    StatsParams,
+    WorkerInfo,
+    WorkersBeatParams,
+)
+from ._connection import Connections, parse_url, read, write
+from ._signal import signal_for
+from ._sql import migrations, queries
+
+FINISHED = frozenset({"completed", "failed", "cancelled"})
+_ACK_QUERIES = {
+    "completed": "jobs_ack_completed",
+    "retry": "jobs_ack_retry",
+    "failed": "jobs_ack_failed",
+    "release": "jobs_ack_release",
+}
+_MAX_ID_DIGITS = 18  # below 2**63: SQLite's INTEGER PRIMARY KEY range
+
+
+class SQLiteBackend:
+    """The ``sqlite:///path.db`` store, jobyard's default.
+
+    Opening it creates the file if needed and applies pending migrations. Safe to share between
+    threads; any number of processes on the host may open the same file.
+    """
+
+    #: How often an idle ``jobs_wait`` looks for commits made by other processes, in seconds.
+    poll_interval: float = 0.005
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.url = url
+        self.clock = clock
+        self.path = parse_url(url)
+        self._q = queries()
+        self._conns = Connections(self.path)
+        self._signal = signal_for(self.path)
+        self.schema_migrate()
+
+    def __repr__(self) -> str:
+        return f"SQLiteBackend({self.url!r})"
+
+    def _now(self, conn: sqlite3.Connection) -> float:
+        """Resolve "now" once for a transaction of several statements."""
+        now: float = conn.execute(self._q["clock_now"], {"now": self.clock.now()}).fetchone()[0]
+        return now
+
+    # schema -----------------------------------------------------------------------------------
+
+    def _missing(self, conn: sqlite3.Connection) -> list[str]:
+        exists = conn.execute(self._q["migrations_table"]).fetchone()
+        done = (
+            set() if exists is None else {r[0] for r in conn.execute(self._q["migrations_applied"])}
+        )
+        return [m.name for m in migrations() if m.version not in done]
+
+    def schema_migrate(self) -> list[str]:
+        """Apply the migrations this file lacks, oldest first; their names.
+
+        The check runs again under the write lock, so processes opening a new file together
+        apply each migration exactly once; the first read spares them that lock when up to date.
+        """
+        conn = self._conns.get()
+        if not self._missing(conn):
+            return []
+        applied: list[str] = []
+        with write(conn):
+            conn.execute(self._q["migrations_init"])
+            done = {r[0] for r in conn.execute(self._q["migrations_applied"])}
+            for migration in migrations():
+                if migration.version in done:
+                    continue
+                for statement in migration.statements:
+                    conn.execute(statement)
+                conn.execute(
+                    self._q["migrations_record"],
+                    {"version": migration.version, "name": migration.name, "now": None},
+                )
+                applied.append(migration.name)
+        return applied
+
+    def schema_check(self) -> None:
+        """Raise :class:`SchemaError` if this file lacks a migration."""
+        missing = self._missing(self._conns.get())
+        if missing:
+            raise SchemaError(
+                f"the SQLite store {self.path} lacks migrations {', '.join(missing)}: "
+                "run `jobyard migrate APP`"
+            )
+
+    # producer side ----------------------------------------------------------------------------
+
+    def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
+        """Insert a batch in one write transaction; all or nothing.
+
+        Each job is one execution of a cached statement, whose RETURNING tells a new job from
+        one refused by the idempotency index; the statement is compiled once and the batch
+        commits once, which is what costs time in SQLite.
+        """
+        if params.connection is not None:
+            raise ConfigurationError(
+                "a transactional enqueue (connection=...) needs the PostgreSQL backend"
+            )
+        if not params.jobs:
+            return []
+        q = self._q
+        conn = self._conns.get()
+        out: list[Inserted] = []
+        touched: set[str] = set()
+        with write(conn):
+            now = self._now(conn)
+            for job in params.jobs:
+                row = conn.execute(
+                    q["jobs_insert"],
+                    {
+                        "queue": job.queue,
+                        "name": job.name,
+                        "priority": job.priority,
+                        "max_attempts": job.max_attempts,
+                        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+                        "backoff": job.backoff,
+                        "timeout": job.timeout,
+                        "lease": job.lease,
+                        "delivery": job.delivery,
+                        "run_at": job.run_at,
+                        "delay": job.delay,
+                        "now": now,
+                        "idempotency_key": job.idempotency_key,
+                        "parent_id": job.parent_id,
+                        "payload": job.payload,
+                    },
+                ).fetchone()
+                if row is not None:
+                    out.append(Inserted(str(row[0]), True))
+                    touched.add(job.queue)
+                    continue
+                # Nothing inserted: only the idempotency index refuses a row, and its holder
+                # is pending or running in this very transaction (possibly earlier in the batch).
+                holder = conn.execute(
+                    q["jobs_holder"], {"queue": job.queue, "idempotency_key": job.idempotency_key}
+                ).fetchone()
+                if holder is None:  # pragma: no cover - would mean the index is missing
+                    raise JobyardError(f"insert of a {job.name!r} job was refused for no reason")
+                out.append(Inserted(str(holder[0]), False))
+            # Counted under the write lock after the batch, so concurrent producers cannot
+            # both squeeze in under max_pending; raising rolls the whole batch back.
+            for queue in sorted(touched):
+                full = conn.execute(q["queues_over_max_pending"], {"queue": queue}).fetchone()
+                if full is not None:
+                    raise QueueFull(queue, full[0])
+        # After COMMIT: a woken worker must find the jobs there.
+        if touched:
+            self._signal.notify(touched)
+        return out
+
+    def jobs_get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` (also for an id that is not a number)."""
+        key = _parse_id(job_id)
+        if key is None:
+            return None
+        row = self._conns.get().execute(self._q["jobs_get"], {"id": key}).fetchone()
+        return None if row is None else _record(row)
+
+    def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
+        """Jobs matching the filter, newest first."""
+        rows = (
+            self._conns.get()
+            .execute(
+                self._q["jobs_list"],
+                {
+                    "queue": params.queue,
+                    "status": params.status,
+                    "name": params.name,
+                    "limit": params.limit,
+                    "offset": params.offset,
+                },
+            )
+            .fetchall()
+        )
+        return [_record(row) for row in rows]
+
+    def jobs_cancel(self, job_id: str) -> JobRecord:
+        """Pending -> cancelled; JobNotFound or InvalidTransition otherwise."""
+        key = _parse_id(job_id)
+        if key is None:
+            raise JobNotFound(job_id)
+        conn = self._conns.get()
+        with write(conn):
+            row = conn.execute(
+                self._q["jobs_cancel"], {"id": key, "now": self.clock.now()}
+            ).fetchone()
+            if row is None:
+                status = conn.execute(self._q["jobs_status"], {"id": key}).fetchone()
+                if status is None:
+                    raise JobNotFound(job_id)
+                raise InvalidTransition(
+                    f"job {job_id} is {status[0]}: only pending jobs can be cancelled"
+                )
+        return _record(row)
+
+    def jobs_retry(self, job_id: str) -> JobRecord:
+        """Failed or cancelled -> pending with attempts reset; the error is kept."""
+        key = _parse_id(job_id)
+        if key is None:
+            raise JobNotFound(job_id)
+        q = self._q
+        conn = self._conns.get()
+        with write(conn):
+            row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            rec = _record(row)
+            if rec.status not in ("failed", "cancelled"):
+                raise InvalidTransition(
+                    f"job {job_id} is {rec.status}: only failed or cancelled jobs can be retried"
+                )
+            if rec.idempotency_key is not None:
+                holder = conn.execute(
+                    q["jobs_holder"], {"queue": rec.queue, "idempotency_key": rec.idempotency_key}
+                ).fetchone()
+                if holder is not None:
+                    raise DuplicateJob(
+                        f"job {holder[0]} of queue {rec.queue!r} holds idempotency key "
+                        f"{rec.idempotency_key!r}: job {job_id} cannot be retried while it does"
+                    )
+            row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
+        self._signal.notify((rec.queue,))
+        return _record(row)
+
+    def jobs_purge(self, params: JobsPurgeParams) -> int:
+        """Delete finished jobs older than ``older_than`` seconds; how many."""
+        statuses = list(dict.fromkeys(params.statuses))
+        bad = [s for s in statuses if s not in FINISHED]
+        if bad:
+            raise ValueError(
+                f"only finished jobs (completed, failed, cancelled) can be purged, not {bad}"
+            )
+        if not statuses:
+            return 0
+        conn = self._conns.get()
+        with write(conn):
+            cursor = conn.execute(
+                self._q["jobs_purge"],
+                {
+                    "statuses": json.dumps(statuses),
+                    "older_than": params.older_than,
+                    "queue": params.queue,
+                    "now": self.clock.now(),
+                },
+            )
+            return cursor.rowcount
+
+    # worker side ------------------------------------------------------------------------------
+
+    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+        """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL)."""
+        if params.limit <= 0 or not params.queues:
+            return []
+        conn = self._conns.get()
+        with write(conn):
+            rows = conn.execute(
+                self._q["jobs_claim"],
+                {
+                    "now": self.clock.now(),
+                    "queues": json.dumps(list(params.queues)),
+                    "limit": params.limit,
+                    "worker_id": params.worker_id,
+                },
+            ).fetchall()
+        # RETURNING yields rows in no promised order; hand them out in claim order.
+        rows.sort(key=lambda r: (-r[12], r[13], r[0]))
+        return [
+            ClaimedJob(
+                id=str(r[0]),
+                name=r[1],
+                queue=r[2],
+                payload=_text(r[3]),
+                attempts=r[4],
+                max_attempts=r[5],
+                backoff=r[6],
+                timeout=_float_or_none(r[7]),
+                lease=float(r[8]),
+                token=r[9],
+                delivery=r[10],
+                parent_id=r[11],
+            )
+            for r in rows
+        ]
+
+    def jobs_ack(self, params: JobsAckParams) -> list[str]:
+        """Apply a batch of outcomes in one transaction; the ids whose token was stale."""
+        if params.connection is not None:
+            raise ConfigurationError(
+                "a transactional ack (connection=...) needs the PostgreSQL backend"
+            )
+        for outcome in params.outcomes:
+            if outcome.kind not in _ACK_QUERIES:
+                raise ValueError(f"unknown outcome kind {outcome.kind!r} for job {outcome.id}")
+        if not params.outcomes:
+            return []
+        q = self._q
+        conn = self._conns.get()
+        stale: list[str] = []
+        with write(conn):
+            now = self._now(conn)
+            # One execution per outcome, not executemany: the per-row rowcount is what tells an
+            # applied outcome from a stale one, and all of them still commit once.
+            for outcome in params.outcomes:
+                key = _parse_id(outcome.id)
+                if key is None:
+                    stale.append(outcome.id)
+                    continue
+                args = {
+                    "id": key,
+                    "token": outcome.token,
+                    "now": now,
+                    "result": outcome.result,
+                    "error": outcome.error,
+                    "delay": outcome.delay,
+                }
+                sql = q[_ACK_QUERIES[outcome.kind]]
+                try:
+                    cursor = conn.execute(sql, args)
+                except UnicodeEncodeError:
+                    # A traceback or result holding lone surrogates cannot be stored as UTF-8;
+                    # store it escaped rather than lose the outcome.
+                    args["result"] = _storable(outcome.result)
+                    args["error"] = _storable(outcome.error)
+                    cursor = conn.execute(sql, args)
+                if cursor.rowcount != 1:
+                    stale.append(outcome.id)
+        if len(stale) < len(params.outcomes):
+            # A retry or release makes a job due again, and any settled job frees a slot of
+            # its queue's max_concurrency: idle workers should look.
+            self._signal.notify()
+        return stale
+
+    def jobs_wait(self, params: JobsWaitParams) -> bool:
+        """Block until a job may have become due in ``queues``, or ``timeout`` passes."""
+        queues = list(dict.fromkeys(params.queues))
+        deadline = time.monotonic() + max(params.timeout, 0.0)
+        conn = self._conns.get()
+        q = self._q
+        version = conn.execute(q["data_version"]).fetchone()[0]
+        signal = self._signal
+        with signal.cond:
+            seen = signal.snapshot(queues)
+        while True:
+            with signal.cond:
+                if signal.snapshot(queues) != seen:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                signal.cond.wait(min(remaining, self.poll_interval))
+                if signal.snapshot(queues) != seen:
+                    return True
+            # Another process committed something. Most commits are other workers' claims and
+            # acks; wake only if one of our queues has a due job, so idle workers do not all
+            # rush for the write lock after every commit.
+            current = conn.execute(q["data_version"]).fetchone()[0]
+            if current != version:
+                version = current
+                due = conn.execute(
+                    q["jobs_due"], {"queues": json.dumps(queues), "now": self.clock.now()}
+                ).fetchone()[0]
+                if due:
+                    return True
+
+    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
+        """Extend each lease still held; the ids whose lease was lost."""
+        if not params.jobs:
+            return []
+        conn = self._conns.get()
+        sql = self._q["leases_renew"]
+        lost: list[str] = []
+        with write(conn):
+            now = self._now(conn)
+            for job_id, token in params.jobs:
+                key = _parse_id(job_id)
+                if (
+                    key is None
+                    or conn.execute(sql, {"id": key, "token": token, "now": now}).rowcount != 1
+                ):
+                    lost.append(job_id)
+        return lost
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """Recover running jobs whose lease lapsed, in one statement."""
+        conn = self._conns.get()
+        with write(conn):
+            rows = conn.execute(
+                self._q["leases_reap"],
+                {
+                    "now": self.clock.now(),
+                    "limit": params.limit,
+                    "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
+                    "lease_lost_error": LEASE_LOST_ERROR,
+                },
+            ).fetchall()
+        rows.sort(key=lambda r: r[0])
+        if any(r[1] == "pending" for r in rows):
+            self._signal.notify()
+        return [Reaped(str(r[0]), r[1]) for r in rows]
+
+    # queues, workers, stats -------------------------------------------------------------------
+
+    def queues_configure(self, config: QueueConfig) -> None:
+        """Create or replace a queue's settings."""
+        conn = self._conns.get()
+        with write(conn):
+            conn.execute(
+                self._q["queues_configure"],
+                {
+                    "name": config.name,
+                    "max_concurrency": config.max_concurrency,
+                    "max_attempts": config.max_attempts,
+                    "backoff": config.backoff,
+                    "max_pending": config.max_pending,
+                    "paused": int(config.paused),
+                },
+            )
+        # Resuming a queue or raising its max_concurrency can make waiting jobs claimable.
+        self._signal.notify((config.name,))
+
+    def queues_list(self) -> list[QueueConfig]:
+        """Every configured queue, by name."""
+        rows = self._conns.get().execute(self._q["queues_list"]).fetchall()
+        return [
+            QueueConfig(
+                name=r[0],
+                max_concurrency=r[1],
+                max_attempts=r[2],
+                backoff=r[3],
+                max_pending=r[4],
+                paused=bool(r[5]),
+            )
+            for r in rows
+        ]
+
+    def workers_beat(self, params: WorkersBeatParams) -> None:
+        """Register, refresh or remove a worker, and forget the silent ones."""
+        q = self._q
+        worker = params.worker
+        conn = self._conns.get()
+        with write(conn):
+            now = self._now(conn)
+            if params.stopping:
+                conn.execute(q["workers_delete"], {"id": worker.id})
+            else:
+                conn.execute(
+                    q["workers_upsert"],
+                    {
+                        "id": worker.id,
+                        "host": worker.host,
+                        "pid": worker.pid,
+                        "queues": json.dumps(list(worker.queues)),
+                        "concurrency": worker.concurrency,
+                        "started_at": worker.started_at,
+                        "now": now,
+                    },
+                )
+            conn.execute(q["workers_forget"], {"now": now, "forget_after": params.forget_after})
+
+    def workers_list(self) -> list[WorkerInfo]:
+        """Workers in the registry, oldest first."""
+        rows = self._conns.get().execute(self._q["workers_list"]).fetchall()
+        return [
+            WorkerInfo(
+                id=r[0],
+                host=r[1],
+                pid=r[2],
+                queues=_queue_names(r[3]),
+                concurrency=r[4],
+                started_at=float(r[5]),
+                last_seen=float(r[6]),
+            )
+            for r in rows
+        ]
+
+    def stats_get(self, params: StatsParams) -> list[QueueStats]:
+        """Counts by status per queue that has jobs or a configuration, by name."""
+        q = self._q
+        wanted = json.dumps(list(params.queues))
+        conn = self._conns.get()
+        # One read snapshot, so the counts and the recent completions agree.
+        with read(conn):
+            counts: dict[str, dict[str, int]] = {}
+            for queue, status, n in conn.execute(q["stats_counts"], {"queues": wanted}):
+                counts.setdefault(queue, dict.fromkeys(STATUSES, 0))[status] = n
+            for (name,) in conn.execute(q["stats_configured"], {"queues": wanted}):
+                counts.setdefault(name, dict.fromkeys(STATUSES, 0))
+            names = sorted(counts)
+            recent = dict(
+                conn.execute(
+                    q["stats_recent"], {"names": json.dumps(names), "now": self.clock.now()}
+                ).fetchall()
+            )
+        return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
+
+    def close(self) -> None:
+        """Close every connection of this backend; safe to call twice."""
+        self._conns.close()
+
+
+# --- row decoding ----------------------------------------------------------------------------
+
+
+def _parse_id(job_id: str) -> int | None:
+    """The integer key of a job id, or ``None`` if it cannot name a job."""
+    if (
+        isinstance(job_id, str)
+        and job_id.isascii()
+        and job_id.isdigit()
+        and len(job_id) <= _MAX_ID_DIGITS
+    ):
+        return int(job_id)
+    return None
+
+
+def _text(value: Any) -> str:
+    """Decode a wide text column read as BLOB; bytes that are not UTF-8 become U+FFFD."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _float_or_none(value: Any) -> float | None:
+    # SQLite stores an integral REAL as an integer on disk and RETURNING may hand it back so.
+    return None if value is None else float(value)
+
+
+def _storable(text: str | None) -> str | None:
+    """``text`` with lone surrogates escaped, so that it encodes as UTF-8."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _queue_names(value: str) -> tuple[str, ...]:
+    try:
+        names = json.loads(value)
+    except ValueError:
+        return ()
+    return tuple(str(n) for n in names) if isinstance(names, list) else ()
+
+
+def _record(r: Sequence[Any]) -> JobRecord:
+    """A row of the record column list used by ``jobs_get`` and friends."""
+    return JobRecord(
+        id=str(r[0]),
+        name=r[1],
+        queue=r[2],
+        payload=_text(r[3]),
+        status=r[4],
+        priority=r[5],
+        attempts=r[6],
+        max_attempts=r[7],
+        run_at=float(r[8]),
+        created_at=float(r[9]),
+        started_at=_float_or_none(r[10]),
+        finished_at=_float_or_none(r[11]),
+        worker_id=r[12],
+        result=_text_or_none(r[13]),
+        error=_text_or_none(r[14]),
+        parent_id=r[15],
+        idempotency_key=r[16],
+        delivery=r[17],
+    )

@@ -1,0 +1,345 @@
+-- Every statement of the SQLite backend, as named blocks that backend.py loads once.
+--
+-- "now" is always coalesce(:now, <SQLite's clock in epoch seconds>): :now is the App's Clock,
+-- NULL unless a test froze it. SQLite 3.40 has no unixepoch('subsec'), hence julianday.
+-- Statements that are part of a longer write transaction receive the instant the transaction
+-- resolved once (clock_now), so one transaction sees one "now".
+--
+-- The literal status = 'pending' / 'running' in WHERE clauses is deliberate: SQLite uses a
+-- partial index only when the query's WHERE repeats the index's condition literally, and a
+-- bound parameter does not count.
+
+-- name: clock_now
+SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+
+-- name: data_version
+PRAGMA data_version
+
+
+-- schema --------------------------------------------------------------------------------------
+
+-- name: migrations_init
+CREATE TABLE IF NOT EXISTS jobyard_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at REAL    NOT NULL
+) STRICT
+
+-- name: migrations_table
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobyard_migrations'
+
+-- name: migrations_applied
+SELECT version FROM jobyard_migrations ORDER BY version
+
+-- name: migrations_record
+INSERT INTO jobyard_migrations (version, name, applied_at)
+VALUES (:version, :name, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0))
+
+
+-- producer side ---------------------------------------------------------------------------------
+
+-- name: jobs_insert
+-- One job. A key held by a pending or running job of the queue hits the partial unique index
+-- jobs_idempotency and inserts nothing (no row returned): the caller then looks up the holder.
+-- The queue's defaults are read only when the job sets none (coalesce stops at the first
+-- non-NULL argument).
+INSERT INTO jobs (
+    queue, name, status, priority, attempts, max_attempts, backoff, timeout, lease, delivery,
+    run_at, created_at, idempotency_key, parent_id, payload
+)
+VALUES (
+    :queue, :name, 'pending', :priority, 0,
+    coalesce(:max_attempts, (SELECT q.max_attempts FROM queues AS q WHERE q.name = :queue),
+             :default_max_attempts),
+    coalesce(:backoff, (SELECT q.backoff FROM queues AS q WHERE q.name = :queue)),
+    :timeout, :lease, :delivery,
+    coalesce(:run_at, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay),
+    coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    :idempotency_key, :parent_id, :payload
+)
+ON CONFLICT (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
+    DO NOTHING
+RETURNING id
+
+-- name: jobs_holder
+-- The pending or running job holding an idempotency key (reads the unique partial index).
+SELECT id FROM jobs
+WHERE queue = :queue AND idempotency_key = :idempotency_key AND status IN ('pending', 'running')
+
+-- name: queues_over_max_pending
+-- The queue's max_pending if its pending jobs (counted inside the insert's write transaction,
+-- so after this batch) exceed it; no row otherwise, and no count at all without a max_pending.
+SELECT q.max_pending FROM queues AS q
+WHERE q.name = :queue
+  AND q.max_pending IS NOT NULL
+  AND (SELECT count(*) FROM jobs AS j WHERE j.queue = :queue AND j.status = 'pending')
+      > q.max_pending
+
+-- name: jobs_get
+-- Wide text columns come back as BLOB so that bytes that are not UTF-8 (a corrupt row) reach
+-- Python undecoded instead of raising inside sqlite3; the backend decodes them leniently.
+SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery
+FROM jobs WHERE id = :id
+
+-- name: jobs_list
+-- Newest first. Walking the primary key backwards and filtering stops after limit + offset
+-- matches, which beats sorting an index range for the dashboard's small pages.
+SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery
+FROM jobs
+WHERE (:queue IS NULL OR queue = :queue)
+  AND (:status IS NULL OR status = :status)
+  AND (:name IS NULL OR name = :name)
+ORDER BY id DESC
+LIMIT :limit OFFSET :offset
+
+-- name: jobs_status
+SELECT status FROM jobs WHERE id = :id
+
+-- name: jobs_cancel
+UPDATE jobs
+SET status = 'cancelled',
+    finished_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status = 'pending'
+RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+          run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+          CAST(error AS BLOB), parent_id, idempotency_key, delivery
+
+-- name: jobs_retry
+-- Re-drive: the error stays for history. The caller has checked the idempotency key inside
+-- the same write transaction; the unique index would refuse it anyway.
+UPDATE jobs
+SET status = 'pending',
+    attempts = 0,
+    run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    finished_at = NULL,
+    result = NULL,
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status IN ('failed', 'cancelled')
+RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+          run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+          CAST(error AS BLOB), parent_id, idempotency_key, delivery
+
+-- name: jobs_purge
+DELETE FROM jobs
+WHERE status IN (SELECT value FROM json_each(:statuses))
+  AND finished_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :older_than
+  AND (:queue IS NULL OR queue = :queue)
+
+
+-- worker side -----------------------------------------------------------------------------------
+
+-- name: jobs_claim
+-- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC,
+-- run_at, id order, never more per queue than its max_concurrency leaves free.
+--
+-- Run inside BEGIN IMMEDIATE: the write lock is taken before anything is read, so counting
+-- the running jobs, choosing the candidates and marking them running are one atomic step
+-- across every connection and process (SQLite has a single writer; no SKIP LOCKED needed).
+--
+-- Planner notes. `wanted` is one row per queue with the room left in it. `top` takes at most
+-- :limit candidates per queue through a correlated IN subquery whose ORDER BY is exactly the
+-- jobs_pending index order, so each queue costs an index seek plus :limit steps, however
+-- many jobs wait (a single ORDER BY across several queues would sort them all). SQLite does
+-- not accept a per-queue LIMIT, so the per-queue room is applied by rank afterwards.
+WITH
+    clock (now) AS (
+        SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+    ),
+    wanted (queue, room) AS (
+        SELECT w.queue,
+               CASE
+                   WHEN q.max_concurrency IS NULL THEN :limit
+                   ELSE max(0, min(:limit, q.max_concurrency - (
+                       SELECT count(*) FROM jobs AS r
+                       WHERE r.queue = w.queue AND r.status = 'running'
+                   )))
+               END
+        FROM (SELECT DISTINCT value AS queue FROM json_each(:queues)) AS w
+        LEFT JOIN queues AS q ON q.name = w.queue
+        WHERE coalesce(q.paused, 0) = 0
+    ),
+    top (id, priority, run_at, room, rank) AS (
+        SELECT c.id, c.priority, c.run_at, wanted.room,
+               row_number() OVER (PARTITION BY c.queue ORDER BY c.priority DESC, c.run_at, c.id)
+        FROM wanted
+        JOIN jobs AS c ON c.id IN (
+            SELECT p.id FROM jobs AS p
+            WHERE p.queue = wanted.queue
+              AND p.status = 'pending'
+              AND p.run_at <= (SELECT now FROM clock)
+            ORDER BY p.priority DESC, p.run_at, p.id
+            LIMIT :limit
+        )
+    ),
+    picked (id) AS (
+        SELECT id FROM top WHERE rank <= room ORDER BY priority DESC, run_at, id LIMIT :limit
+    )
+UPDATE jobs
+SET status = 'running',
+    attempts = attempts + 1,
+    started_at = (SELECT now FROM clock),
+    worker_id = :worker_id,
+    token = lower(hex(randomblob(16))),
+    lease_expires_at = (SELECT now FROM clock) + lease
+WHERE id IN (SELECT id FROM picked)
+RETURNING id, name, queue, CAST(payload AS BLOB), attempts, max_attempts, backoff, timeout,
+          lease, token, delivery, parent_id, priority, run_at
+
+-- name: jobs_ack_completed
+UPDATE jobs
+SET status = 'completed',
+    result = :result,
+    finished_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status = 'running' AND token = :token
+
+-- name: jobs_ack_retry
+UPDATE jobs
+SET status = 'pending',
+    error = :error,
+    run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay,
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status = 'running' AND token = :token
+
+-- name: jobs_ack_failed
+UPDATE jobs
+SET status = 'failed',
+    error = :error,
+    finished_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status = 'running' AND token = :token
+
+-- name: jobs_ack_release
+-- A graceful release gives the attempt back.
+UPDATE jobs
+SET status = 'pending',
+    run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    attempts = attempts - 1,
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status = 'running' AND token = :token
+
+-- name: jobs_due
+-- Whether any of :queues has a due pending job: how an idle worker in another process tells a
+-- commit that matters to it from any other commit. Read-only, so it never waits for a writer.
+-- Correlated per queue so that each probe is a seek into jobs_pending, never a scan of every
+-- pending job.
+SELECT EXISTS (
+    SELECT 1 FROM json_each(:queues) AS w
+    WHERE EXISTS (
+        SELECT 1 FROM jobs AS j INDEXED BY jobs_pending
+        WHERE j.queue = w.value
+          AND j.status = 'pending'
+          AND j.run_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+    )
+)
+
+-- name: leases_renew
+UPDATE jobs
+SET lease_expires_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + lease
+WHERE id = :id AND status = 'running' AND token = :token
+
+-- name: leases_reap
+-- A lapsed lease spent its attempt. at_most_once jobs are never run twice; jobs without
+-- attempts left go to the dead letter; the rest are due again at once.
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+UPDATE jobs
+SET status = CASE
+        WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN 'failed'
+        ELSE 'pending'
+    END,
+    error = CASE
+        WHEN delivery = 'at_most_once' THEN :at_most_once_error
+        ELSE :lease_lost_error
+    END,
+    finished_at = CASE
+        WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN (SELECT now FROM clock)
+        ELSE NULL
+    END,
+    run_at = CASE
+        WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN run_at
+        ELSE (SELECT now FROM clock)
+    END,
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id IN (
+    -- Running jobs are few: the jobs_status index finds them all, then the rows are checked.
+    SELECT id FROM jobs
+    WHERE status = 'running' AND lease_expires_at < (SELECT now FROM clock)
+    ORDER BY lease_expires_at
+    LIMIT :limit
+)
+RETURNING id, status
+
+
+-- queues, workers, stats --------------------------------------------------------------------------
+
+-- name: queues_configure
+INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused)
+VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused)
+ON CONFLICT (name) DO UPDATE
+SET max_concurrency = excluded.max_concurrency,
+    max_attempts = excluded.max_attempts,
+    backoff = excluded.backoff,
+    max_pending = excluded.max_pending,
+    paused = excluded.paused
+
+-- name: queues_list
+SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused
+FROM queues ORDER BY name
+
+-- name: workers_upsert
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_seen)
+VALUES (:id, :host, :pid, :queues, :concurrency, :started_at,
+        coalesce(:now, (julianday('now') - 2440587.5) * 86400.0))
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host,
+    pid = excluded.pid,
+    queues = excluded.queues,
+    concurrency = excluded.concurrency,
+    started_at = excluded.started_at,
+    last_seen = excluded.last_seen
+
+-- name: workers_delete
+DELETE FROM workers WHERE id = :id
+
+-- name: workers_forget
+DELETE FROM workers
+WHERE last_seen < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :forget_after
+
+-- name: workers_list
+SELECT id, host, pid, queues, concurrency, started_at, last_seen
+FROM workers ORDER BY started_at, id
+
+-- name: stats_counts
+-- A scan of the covering index jobs_status, not of the table and its payloads.
+SELECT queue, status, count(*) FROM jobs
+WHERE json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues))
+GROUP BY status, queue
+
+-- name: stats_configured
+SELECT name FROM queues
+WHERE json_array_length(:queues) = 0 OR name IN (SELECT value FROM json_each(:queues))
+
+-- name: stats_recent
+-- Completions in the last minute, per queue: one range of jobs_status for each.
+SELECT n.value, (
+    SELECT count(*) FROM jobs AS j
+    WHERE j.status = 'completed'
+      AND j.queue = n.value
+      AND j.finished_at >= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - 60.0
+)
+FROM json_each(:names) AS n
