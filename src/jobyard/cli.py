@@ -1,0 +1,649 @@
+"""The ``jobyard`` command: run workers, enqueue and inspect jobs, and the demo.
+
+APP is ``module:attribute`` (as uvicorn and celery take it), loaded with
+:func:`jobyard.app.load_app`. Bad input (an APP that cannot be loaded, an unknown store scheme,
+an unknown job id, a bad duration or JSON argument) is reported on one line of stderr with exit
+code 2, never a traceback; a store that cannot be reached exits with 1. A password in a store URL
+is never printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .app import App, load_app
+from .backends import mask_url
+from .backends.base import STATUSES
+from .errors import (
+    ConfigurationError,
+    DuplicateJob,
+    InvalidTransition,
+    JobNotFound,
+    JobyardError,
+)
+from .job import Job
+
+log = logging.getLogger("jobyard.cli")
+
+FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")
+LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+
+# --- parsing ------------------------------------------------------------------------------------
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw])")
+_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a bare number of seconds (``3600``, ``0.5``) or amounts with units
+    ``s m h d w`` (``30s``, ``15m``, ``7d``, ``1h30m``). ``ValueError`` otherwise."""
+    value = text.strip().lower()
+    if _NUMBER.fullmatch(value):
+        return float(value)
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise ValueError(f"{text!r} is not a duration: use seconds (3600) or 30s, 15m, 2h, 7d")
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[float]
+else:  # click before 8.4 has no generic ParamType
+    _ParamType = click.ParamType
+
+
+class Duration(_ParamType):
+    """A click parameter holding a duration in seconds (see :func:`parse_duration`)."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+def _json_option(kind: type) -> Any:
+    """A click callback parsing an option's value as a JSON array or object."""
+    label = "array" if kind is list else "object"
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return kind()
+        try:
+            data = json.loads(value)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON ({exc}): {value!r}") from None
+        if not isinstance(data, kind):
+            raise click.BadParameter(f"must be a JSON {label}, got {value!r}")
+        return data
+
+    return parse
+
+
+# --- output -------------------------------------------------------------------------------------
+
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*):[^\s/@]*@")
+
+
+def _scrub(message: str) -> str:
+    """Mask the password of any URL in ``message`` (a driver's error may quote its DSN)."""
+    return _URL_PASSWORD.sub(r"\1:***@", message)
+
+
+def _console() -> Console:
+    # Piped output keeps whole ids and names rather than folding them at 80 columns.
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=200 if wide else None, soft_wrap=False)
+
+
+def _when(moment: datetime | None) -> str:
+    return "" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ago(epoch: float) -> str:
+    seconds = max(time.time() - epoch, 0.0)
+    if seconds < 90:
+        return f"{seconds:.0f}s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def _last_line(error: str | None, width: int = 70) -> str:
+    lines = (error or "").strip().splitlines()
+    line = lines[-1].strip() if lines else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """Every field of a job, JSON-ready (``jobyard show --json``)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(job):
+        name = f.name
+        value = getattr(job, name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif name == "status":
+            value = str(value)
+        out[name] = value
+    return out
+
+
+# --- the command group --------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="jobyard", prog_name="jobyard")
+def cli() -> None:
+    """jobyard: a job queue where an accepted job is never lost and every outcome is visible.
+
+    APP is module:attribute, e.g. myproject.tasks:app. The store is the App's URL
+    ($JOBYARD_URL, else sqlite:///jobyard.db).
+    """
+
+
+def _app(ref: str) -> App:
+    """Load APP; whatever goes wrong in the user's module is one line (JOBYARD_DEBUG=1: all)."""
+    try:
+        return load_app(ref)
+    except JobyardError:
+        raise
+    except Exception as exc:
+        if os.environ.get("JOBYARD_DEBUG"):
+            raise
+        raise ConfigurationError(
+            f"cannot load {ref!r}: {type(exc).__name__}: {exc} "
+            "(JOBYARD_DEBUG=1 shows the traceback)"
+        ) from exc
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.option(
+    "-q",
+    "--queue",
+    "queues",
+    multiple=True,
+    help="Queue to take jobs from (repeatable). Default: every queue of the app's jobs.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Jobs run at once by each process.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes, supervised by this one.",
+)
+@click.option(
+    "--grace",
+    type=DURATION,
+    default=30.0,
+    show_default=True,
+    help="On SIGTERM/SIGINT, seconds running jobs may take to finish before they are released.",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Jobs claimed ahead of free slots [default: concurrency].",
+)
+@click.option(
+    "--poll-interval",
+    type=DURATION,
+    default=1.0,
+    show_default=True,
+    help="Longest sleep between claims when no push signal arrives.",
+)
+@click.option(
+    "--reap-interval",
+    type=DURATION,
+    default=1.0,
+    show_default=True,
+    help="How often this worker returns jobs whose lease lapsed.",
+)
+@click.option(
+    "--retention",
+    type=DURATION,
+    default=None,
+    help="Delete finished jobs this long after they finish (e.g. 7d). Default: keep them.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
+def worker(
+    app_ref: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    processes: int,
+    grace: float,
+    prefetch: int | None,
+    poll_interval: float,
+    reap_interval: float,
+    retention: float | None,
+    log_level: str,
+) -> None:
+    """Run jobs of APP until SIGINT or SIGTERM.
+
+    The first signal stops claiming and lets running jobs finish within --grace seconds, then
+    releases the rest to pending without counting an attempt; a second signal stops at once.
+    """
+    for value, label in ((poll_interval, "--poll-interval"), (reap_interval, "--reap-interval")):
+        if value <= 0:
+            raise click.BadParameter("must be more than 0", param_hint=label)
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    app = _app(app_ref)
+    options: dict[str, Any] = {
+        "queues": list(queues) or None,
+        "concurrency": concurrency,
+        "grace": grace,
+        "prefetch": prefetch,
+        "poll_interval": poll_interval,
+        "reap_interval": reap_interval,
+        "retention": retention,
+    }
+    log.info("store %s", mask_url(app.url))
+    if processes == 1:
+        app.run_worker(**options)
+        return
+    from .worker.worker import run_processes
+
+    _ = app.backend  # fail here, once, if the store is unreachable or not migrated
+    app.close()
+    code = run_processes(app_ref, processes, **options)
+    if code:
+        sys.exit(code)
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.argument("name")
+@click.option(
+    "--args",
+    "args",
+    default=None,
+    callback=_json_option(list),
+    metavar="JSON",
+    help="Positional arguments, a JSON array: '[\"a@example.com\"]'.",
+)
+@click.option(
+    "--kwargs",
+    "kwargs",
+    default=None,
+    callback=_json_option(dict),
+    metavar="JSON",
+    help='Keyword arguments, a JSON object: \'{"subject": "hi"}\'.',
+)
+@click.option("--queue", default=None, help="Queue [default: the job's own, else 'default'].")
+@click.option("--priority", type=int, default=None, help="Higher runs first.")
+@click.option("--delay", type=DURATION, default=None, help="Run no sooner than this (30s, 5m).")
+@click.option("--idempotency-key", default=None, help="At most one pending or running job per key.")
+def enqueue(
+    app_ref: str,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    queue: str | None,
+    priority: int | None,
+    delay: float | None,
+    idempotency_key: str | None,
+) -> None:
+    """Enqueue job NAME of APP and print its id (its handler need not be importable here)."""
+    app = _app(app_ref)
+    options = {
+        k: v
+        for k, v in {
+            "queue": queue,
+            "priority": priority,
+            "delay": delay,
+            "idempotency_key": idempotency_key,
+        }.items()
+        if v is not None
+    }
+    handle = app.by_name(name, **options).enqueue(*args, **kwargs)
+    click.echo(handle.id)
+    if not handle.created:
+        click.echo(
+            f"note: idempotency key {idempotency_key!r} is held by pending or running job "
+            f"{handle.id}; no new job was created",
+            err=True,
+        )
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def status(app_ref: str, as_json: bool) -> None:
+    """Jobs per queue by status, completions in the last minute, and live workers."""
+    app = _app(app_ref)
+    stats = {s.queue: s for s in app.stats()}
+    configs = {c.name: c for c in app.backend.queues_list()}
+    names = sorted(set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()})
+    workers = sorted(app.workers(), key=lambda w: w.id)
+    if as_json:
+        data = {
+            "store": mask_url(app.url),
+            "queues": [
+                {
+                    "queue": q,
+                    "counts": {s: stats[q].counts.get(s, 0) if q in stats else 0 for s in STATUSES},
+                    "completed_last_minute": stats[q].completed_last_minute if q in stats else 0,
+                }
+                for q in names
+            ],
+            "workers": [
+                {
+                    "id": w.id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "queues": list(w.queues),
+                    "concurrency": w.concurrency,
+                    "started_at": w.started_at,
+                    "last_seen": w.last_seen,
+                }
+                for w in workers
+            ],
+        }
+        click.echo(json.dumps(data, indent=2))
+        return
+    console = _console()
+    console.print(f"store: {mask_url(app.url)}", markup=False)
+    table = Table(title="queues", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("queue", no_wrap=True)
+    for s in STATUSES:
+        table.add_column(s, justify="right")
+    table.add_column("completed/1m", justify="right")
+    table.add_column("limits", no_wrap=True)
+    for q in names:
+        st = stats.get(q)
+        counts = st.counts if st else {}
+        cfg = configs.get(q)
+        limits = []
+        if cfg is not None:
+            if cfg.max_concurrency is not None:
+                limits.append(f"max_concurrency={cfg.max_concurrency}")
+            if cfg.max_pending is not None:
+                limits.append(f"max_pending={cfg.max_pending}")
+            if cfg.paused:
+                limits.append("paused")
+        table.add_row(
+            Text(q),
+            *(str(counts.get(s, 0)) for s in STATUSES),
+            str(st.completed_last_minute if st else 0),
+            Text(" ".join(limits)),
+        )
+    if names:
+        console.print(table)
+    else:
+        console.print("no queues yet: nothing was enqueued")
+    if not workers:
+        console.print("workers: none live")
+        return
+    wt = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("id", "host", "pid", "queues", "concurrency", "started", "last seen"):
+        wt.add_column(column, no_wrap=column in ("id", "host"))
+    for w in workers:
+        wt.add_row(
+            Text(w.id),
+            Text(w.host),
+            str(w.pid),
+            Text(",".join(w.queues)),
+            str(w.concurrency),
+            _ago(w.started_at),
+            _ago(w.last_seen),
+        )
+    console.print(wt)
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.option("--status", "status_", type=click.Choice(STATUSES), default=None)
+@click.option("--queue", default=None)
+@click.option("--name", default=None, help="Job name.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+def jobs(
+    app_ref: str,
+    status_: str | None,
+    queue: str | None,
+    name: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List jobs, newest first."""
+    app = _app(app_ref)
+    found = app.jobs(queue=queue, status=status_, name=name, limit=limit)
+    if as_json:
+        for job in found:
+            click.echo(json.dumps(job_to_dict(job)))
+        return
+    console = _console()
+    if not found:
+        console.print("no jobs match")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("id", "name", "queue", "status", "priority", "attempts", "created", "finished"):
+        table.add_column(column, no_wrap=True, justify="right" if column == "priority" else "left")
+    table.add_column("error")
+    for job in found:
+        table.add_row(
+            Text(job.id),
+            Text(job.name),
+            Text(job.queue),
+            str(job.status),
+            str(job.priority),
+            f"{job.attempts}/{job.max_attempts}",
+            _when(job.created_at),
+            _when(job.finished_at),
+            Text(_last_line(job.error)),
+        )
+    console.print(table)
+    more = " (more match: raise --limit)" if len(found) == limit else ""
+    console.print(f"{len(found)} job(s), newest first{more}", markup=False)
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.argument("job_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+def show(app_ref: str, job_id: str, as_json: bool) -> None:
+    """Every field of job ID, with its error (and traceback) and result."""
+    app = _app(app_ref)
+    job = app.get(job_id)
+    data = job_to_dict(job)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return
+    console = _console()
+    table = Table(box=box.SIMPLE, show_header=False)
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value")
+    for key, value in data.items():
+        if key == "error":
+            continue
+        if key in ("args", "kwargs", "result"):
+            text = _dumps(value)
+        elif key == "attempts":
+            text = f"{job.attempts} of {job.max_attempts}"
+        elif key == "max_attempts":
+            continue
+        else:
+            text = "" if value is None else str(value)
+        table.add_row(key, Text(text))
+    console.print(table)
+    if job.error:
+        console.print("error:", style="bold")
+        console.print(Text(job.error.rstrip()))
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.argument("job_id", metavar="ID")
+def retry(app_ref: str, job_id: str) -> None:
+    """Re-drive a failed or cancelled job: pending again, its attempts reset."""
+    job = _app(app_ref).retry(job_id)
+    click.echo(f"job {job.id} is {job.status} again (attempts reset)")
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.argument("job_id", metavar="ID")
+def cancel(app_ref: str, job_id: str) -> None:
+    """Cancel a pending job (a running job cannot be cancelled)."""
+    job = _app(app_ref).cancel(job_id)
+    click.echo(f"job {job.id} is {job.status}")
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.option(
+    "--status",
+    "statuses",
+    type=click.Choice(FINISHED),
+    multiple=True,
+    help="Status to delete (repeatable) [default: completed, failed and cancelled].",
+)
+@click.option(
+    "--older-than",
+    type=DURATION,
+    default=0.0,
+    help="Only jobs finished at least this long ago: 30s, 15m, 7d or seconds.",
+)
+@click.option("--queue", default=None, help="Only this queue.")
+def purge(app_ref: str, statuses: tuple[str, ...], older_than: float, queue: str | None) -> None:
+    """Delete finished jobs."""
+    app = _app(app_ref)
+    n = app.purge(statuses or FINISHED, older_than=older_than, queue=queue)
+    click.echo(f"purged {n} job(s)")
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+def migrate(app_ref: str) -> None:
+    """Create or upgrade the store's schema."""
+    app = _app(app_ref)
+    applied = app.migrate()
+    for name in applied:
+        click.echo(f"applied {name}")
+    if not applied:
+        click.echo(f"schema is up to date ({mask_url(app.url)})")
+
+
+@cli.command()
+@click.option(
+    "--orders",
+    type=click.IntRange(min=1, max=100_000),
+    default=300,
+    show_default=True,
+    help="Orders to place.",
+)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="SQLite file to use and keep [default: a temporary one].",
+)
+@click.option("--workers", type=click.IntRange(min=1, max=16), default=2, show_default=True)
+@click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
+def demo(orders: int, db: str | None, workers: int, concurrency: int) -> None:
+    """Seed 000's order example on SQLite: orders arrive, real worker processes send emails,
+    invoices and thumbnails, some fail and are retried, and one ends in the dead letter."""
+    from .demo import run
+
+    code = run(orders=orders, db=db, workers=workers, concurrency=concurrency)
+    if code:
+        sys.exit(code)
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    line = " ".join(_scrub(message).split())
+    click.echo(f"error: {line}", err=True)
+    sys.exit(code)
+
+
+def _is_store_error(exc: BaseException) -> bool:
+    """A driver's connection or operational error, whatever the driver."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"OperationalError", "ConnectionError", "InterfaceError", "RedisError"})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The ``jobyard`` command (also ``python -m jobyard``)."""
+    try:
+        code = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="jobyard",
+            standalone_mode=False,
+        )
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _fail(exc.format_message() + hint, EXIT_BAD_INPUT)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), exc.exit_code)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except (ConfigurationError, JobNotFound, InvalidTransition, DuplicateJob) as exc:
+        _fail(str(exc), EXIT_BAD_INPUT)
+    except JobyardError as exc:  # QueueFull, SchemaError: the input was fine, the store refused
+        _fail(str(exc), EXIT_FAILURE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        if os.environ.get("JOBYARD_DEBUG") or not _is_store_error(exc):
+            raise
+        _fail(f"the store failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+    sys.exit(code if isinstance(code, int) else 0)
