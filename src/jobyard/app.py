@@ -315,14 +315,16 @@ def load_app(ref: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
+        raise ConfigurationError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     obj: Any = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, App | JobFunction):  # a job is no factory
-        obj = obj()  # a factory, as uvicorn's --factory
     if not isinstance(obj, App):
         raise ConfigurationError(f"{ref!r} is a {type(obj).__name__}, not a jobyard.App")
     return obj

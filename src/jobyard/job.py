@@ -219,7 +219,13 @@ class JobOptions:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot be stored as UTF-8 by any store: escape everything instead.
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return text
 
 
 def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:

@@ -1,0 +1,162 @@
+"""Inputs users and other programs control, fuzzed on every backend: each one is stored and
+given back exactly, or refused with a clear error; nothing else breaks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jobyard
+from jobyard import testing
+from jobyard.job import NAME_RE
+
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    database=None,
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@pytest.fixture
+def echo_app(make_app: Callable[..., jobyard.App]) -> jobyard.App:
+    app = make_app()
+
+    @app.job(max_attempts=1)
+    def echo(*args: Any, **kwargs: Any) -> Any:
+        return [list(args), kwargs]
+
+    return app
+
+
+@FUZZ
+@given(
+    args=st.lists(json_values, max_size=3),
+    kwargs=st.dictionaries(st.text(max_size=10), json_values, max_size=3),
+)
+def test_json_arguments_round_trip(
+    echo_app: jobyard.App, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    h = echo_app.enqueue("echo", *args, **kwargs)
+    job = echo_app.get(h.id)
+    assert (list(job.args), job.kwargs) == (args, kwargs)
+    testing.drain(echo_app)
+    assert h.result(timeout=0) == [args, kwargs]
+
+
+def test_odd_values(echo_app: jobyard.App) -> None:
+    odd = ["\x00nul", "\ud800 lone surrogate", "emoji \U0001f680", "\u2028", "x" * 1_000_000]
+    h = echo_app.enqueue("echo", *odd)
+    assert list(echo_app.get(h.id).args) == odd
+    testing.drain(echo_app)
+    assert h.result(timeout=0) == [odd, {}]
+
+
+def test_deep_and_not_json_values_are_refused(echo_app: jobyard.App) -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    for bad, label in ((deep, "argument 0"), (float("nan"), "argument 0"), ({1, 2}, "argument 0")):
+        with pytest.raises(TypeError, match=label):
+            echo_app.enqueue("echo", bad)
+    with pytest.raises(TypeError, match="argument 'x'"):
+        echo_app.enqueue("echo", x=float("inf"))
+    assert echo_app.jobs() == []
+
+
+def test_a_result_that_is_not_json_fails_the_job(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job(max_attempts=1)
+    def weird() -> object:
+        return object()
+
+    h = weird.enqueue()
+    testing.drain(app)
+    with pytest.raises(jobyard.JobFailed, match="not JSON serializable"):
+        h.result(timeout=0)
+
+
+@FUZZ
+@given(key=st.text(min_size=1, max_size=200))
+def test_any_idempotency_key_works(echo_app: jobyard.App, key: str) -> None:
+    fn = echo_app.by_name("echo")
+    a = fn.options(idempotency_key=key).enqueue(1)
+    b = fn.options(idempotency_key=key).enqueue(2)
+    assert a.id == b.id and a.created and not b.created
+    assert echo_app.get(a.id).idempotency_key == key
+    echo_app.cancel(a.id)
+
+
+def test_idempotency_key_length_is_checked(echo_app: jobyard.App) -> None:
+    with pytest.raises(jobyard.ConfigurationError, match="idempotency_key"):
+        echo_app.by_name("echo").options(idempotency_key="k" * 201).enqueue()
+    with pytest.raises(jobyard.ConfigurationError, match="idempotency_key"):
+        echo_app.by_name("echo").options(idempotency_key="").enqueue()
+
+
+@FUZZ
+@given(name=st.text(max_size=120))
+def test_queue_names_are_valid_or_refused(echo_app: jobyard.App, name: str) -> None:
+    fn = echo_app.by_name("echo")
+    if NAME_RE.match(name):
+        h = fn.options(queue=name).enqueue(name)
+        assert echo_app.get(h.id).queue == name
+        assert echo_app.cancel(h.id).status == "cancelled"
+    else:
+        with pytest.raises(jobyard.ConfigurationError, match="invalid queue name"):
+            fn.options(queue=name).enqueue(name)
+
+
+@FUZZ
+@given(name=st.text(max_size=120))
+def test_job_names_are_valid_or_refused(echo_app: jobyard.App, name: str) -> None:
+    if NAME_RE.match(name):
+        assert echo_app.get(echo_app.enqueue(name).id).name == name
+    else:
+        with pytest.raises(jobyard.ConfigurationError, match="invalid job name"):
+            echo_app.enqueue(name)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    ref=st.one_of(
+        st.text(max_size=40),
+        st.builds(
+            lambda a, b: f"no_such_module_{a}:{b}", st.text(max_size=10), st.text(max_size=10)
+        ),
+        st.sampled_from(
+            ["json:dumps", "json:nope", "tests.apps.contract_app:record", ":app", "x:"]
+        ),
+    )
+)
+def test_app_paths_give_a_configuration_error(ref: str) -> None:
+    from jobyard.app import load_app
+
+    if ":" in ref and not ref.split(":", 1)[0].startswith(("json", "tests", "no_such_module_")):
+        return  # never import arbitrary modules by fuzzing their names
+    with pytest.raises(jobyard.ConfigurationError):
+        load_app(ref)
+
+
+def test_payload_is_plain_json_text(echo_app: jobyard.App) -> None:
+    h = echo_app.enqueue("echo", {"a": 1})
+    rec = echo_app.backend.jobs_get(h.id)
+    assert rec is not None and json.loads(rec.payload) == {"args": [{"a": 1}], "kwargs": {}}
