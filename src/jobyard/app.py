@@ -315,7 +315,7 @@ def load_app(ref: str) -> App:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import module {module_name!r}: {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing
+    except Exception as exc:  # the user's module itself failed while importing
         raise ConfigurationError(
             f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
