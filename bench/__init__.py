@@ -1,0 +1,1 @@
+"""Benchmarks: jobyard's throughput and latency, side by side with peer libraries."""

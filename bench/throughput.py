@@ -1,0 +1,242 @@
+"""jobyard's throughput and latency on one store.
+
+    python bench/throughput.py --backend {sqlite,postgres,redis,redis_cluster,memory} --jobs N
+
+Prints, each on a line of its own (``name: value unit``):
+
+- ``enqueue``: jobs/s enqueued one at a time (``noop.enqueue()`` in a loop), N jobs;
+- ``enqueue_many``: jobs/s enqueued in batches (``--batch`` per ``enqueue_many`` call), N jobs;
+- ``drain``: jobs/s of no-op jobs run by ONE worker process (``python -m jobyard worker
+  bench.apps:app -q bench -c C``), the 2N jobs the two phases above left pending; timed from the
+  first job seen started to the last one seen completed by polling the store's counts, so the
+  process start-up is never included;
+- ``latency p50/p95/p99``: enqueue-to-start of one job at a time with that worker idle: the
+  handler returns ``time.time()`` at its start, compared with the instant before ``enqueue()``.
+
+Stores: sqlite -> a temp file; postgres -> a fresh schema in database ``test`` (dropped after);
+redis -> a private redis-server on a free port (``--shared-redis``: 127.0.0.1:6379/0 under a random
+key prefix, deleted after); redis_cluster -> a private 3-node cluster; memory -> the worker runs
+in this process (memory:// cannot be shared between processes). ``--url`` uses a given store as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    REPO,
+    DrainClock,
+    emit,
+    emit_latencies,
+    log,
+    private_redis,
+    psql,
+    redis_cluster,
+    short_id,
+    spawn,
+    stop_process,
+)
+
+BACKENDS = ("sqlite", "postgres", "redis", "redis_cluster", "memory")
+
+
+@contextlib.contextmanager
+def store(backend: str, shared_redis: bool) -> Iterator[str]:
+    """Create the store for one run; yield its URL; remove it afterwards."""
+    tag = short_id()
+    if backend == "memory":
+        yield "memory://"
+    elif backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="jobyard-bench-") as tmp:
+            yield f"sqlite:///{tmp}/bench.db"
+    elif backend == "postgres":
+        schema = f"bench_{tag}"
+        psql(f"CREATE SCHEMA {schema}", database="test")
+        try:
+            yield f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
+        finally:
+            psql(f"DROP SCHEMA IF EXISTS {schema} CASCADE", database="test")
+    elif backend == "redis":
+        if shared_redis:
+            prefix = f"bench{tag}:"
+            try:
+                yield f"redis://127.0.0.1:6379/0?prefix={prefix}"
+            finally:
+                _delete_redis_prefix("redis://127.0.0.1:6379/0", prefix)
+        else:
+            with private_redis() as url:
+                yield f"{url}?prefix=bench{tag}:"
+    elif backend == "redis_cluster":
+        with redis_cluster() as ports:
+            yield f"redis+cluster://127.0.0.1:{ports[0]}?prefix=bench{tag}:"
+    else:
+        raise SystemExit(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
+
+
+def _delete_redis_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    for i in range(0, len(keys), 500):
+        client.delete(*keys[i : i + 500])
+    client.close()
+
+
+def counts(app: Any) -> dict[str, int]:
+    """Jobs of queue ``bench`` by status."""
+    for s in app.stats(["bench"]):
+        if s.queue == "bench":
+            return dict(s.counts)
+    return {}
+
+
+def start_worker(args: argparse.Namespace, url: str, log_path: Path) -> Any:
+    """One worker process (or, for memory://, a worker in this process)."""
+    if args.backend == "memory" and not args.url:
+        from bench.apps import app
+
+        worker = app.worker(queues=["bench"], concurrency=args.concurrency)
+        worker.start()
+        return worker
+    argv = [
+        sys.executable,
+        "-m",
+        "jobyard",
+        "worker",
+        "bench.apps:app",
+        "-q",
+        "bench",
+        "-c",
+        str(args.concurrency),
+        "--log-level",
+        "WARNING",
+    ]
+    if args.prefetch is not None:
+        argv += ["--prefetch", str(args.prefetch)]
+    if args.worker_wrapper:
+        argv = [*shlex.split(args.worker_wrapper), *argv]
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"JOBYARD_BENCH_URL": url, "PYTHONPATH": pythonpath}
+    return spawn(argv, env=env, cwd=REPO, log_path=log_path)
+
+
+def stop_worker(worker: Any) -> None:
+    if hasattr(worker, "stop") and not hasattr(worker, "pid"):
+        worker.stop(grace=5)
+    else:
+        stop_process(worker, timeout=20)
+
+
+def run(args: argparse.Namespace, url: str) -> None:
+    os.environ["JOBYARD_BENCH_URL"] = url
+    from bench.apps import app, noop, stamp
+
+    app.migrate()
+    app.stats(["bench"])  # open the store (and its pool) before timing anything
+    n, batch = args.jobs, args.batch
+
+    log(f"{args.backend}: enqueue {n} jobs one at a time")
+    t0 = time.perf_counter()
+    for _ in range(n):
+        noop.enqueue()
+    emit("enqueue", n / (time.perf_counter() - t0), "jobs/s")
+
+    log(f"{args.backend}: enqueue_many {n} jobs in batches of {batch}")
+    calls = [((), {}) for _ in range(batch)]
+    t0 = time.perf_counter()
+    done = 0
+    while done < n:
+        size = min(batch, n - done)
+        noop.enqueue_many(calls[:size])
+        done += size
+    emit("enqueue_many", n / (time.perf_counter() - t0), "jobs/s", f"batches of {batch}")
+
+    total = 2 * n
+    pending = counts(app).get("pending", 0)
+    if pending != total:
+        log(f"warning: {pending} jobs pending, expected {total}")
+        total = pending
+    log_path = Path(tempfile.mkstemp(prefix="jobyard-bench-worker-", suffix=".log")[1])
+    log(f"{args.backend}: drain {total} no-op jobs, one worker process, -c {args.concurrency}")
+    worker = start_worker(args, url, log_path)
+    try:
+
+        def poll() -> tuple[int, int]:
+            c = counts(app)
+            finished = c.get("completed", 0) + c.get("failed", 0)
+            return total - c.get("pending", 0), finished
+
+        clock = DrainClock(total, poll, timeout=args.drain_timeout)
+        rate = clock.run()
+        note = f"{clock.finished} jobs in {clock.last - clock.first:.2f}s"  # type: ignore[operator]
+        if clock.timed_out:
+            note += ", TIMED OUT: partial"
+        emit("drain", rate, "jobs/s", note)
+        failed = counts(app).get("failed", 0)
+        if failed:
+            log(f"warning: {failed} jobs failed")
+
+        log(f"{args.backend}: idle latency, {args.latency_samples} samples")
+        time.sleep(1.0)  # the worker goes idle: it sleeps on its push signal
+        samples: list[float] = []
+        for _ in range(args.latency_samples):
+            time.sleep(random.uniform(0.01, 0.05))
+            t_enqueue = time.time()
+            handle = stamp.enqueue()
+            started = handle.result(timeout=30, poll=0.005)
+            samples.append((float(started) - t_enqueue) * 1000.0)
+        emit_latencies(samples)
+    finally:
+        stop_worker(worker)
+        app.close()
+        if args.keep_log or (hasattr(worker, "returncode") and worker.returncode not in (0, None)):
+            log(f"worker log: {log_path}")
+        else:
+            log_path.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=BACKENDS, default="sqlite")
+    parser.add_argument("--jobs", type=int, default=10_000, help="N (the drain runs 2N)")
+    parser.add_argument("--concurrency", "-c", type=int, default=8)
+    parser.add_argument("--prefetch", type=int, default=None)
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=1000, help="jobs per enqueue_many call")
+    parser.add_argument("--drain-timeout", type=float, default=300.0)
+    parser.add_argument("--url", default=None, help="use this store as is (not cleaned up)")
+    parser.add_argument(
+        "--shared-redis",
+        action="store_true",
+        help="redis: use 127.0.0.1:6379/0 under a random prefix instead of a private server",
+    )
+    parser.add_argument(
+        "--worker-wrapper",
+        default="",
+        help="prefix the worker command, e.g. 'py-spy record -o worker.svg --'",
+    )
+    parser.add_argument("--keep-log", action="store_true", help="keep the worker's log")
+    args = parser.parse_args(argv)
+    print(f"# jobyard {args.backend}: jobs={args.jobs} concurrency={args.concurrency}", flush=True)
+    if args.url:
+        run(args, args.url)
+        return
+    with store(args.backend, args.shared_redis) as url:
+        run(args, url)
+
+
+if __name__ == "__main__":
+    main()
