@@ -32,7 +32,7 @@ def test_sigkilled_workers_job_completes_elsewhere(
     spawn_worker: Callable[..., WorkerProcess],
     sink: Path,
 ) -> None:
-    handle = app.by_name("hang_first", queue="leases").enqueue("k", 60)
+    handle = app.by_name("hang_first", queue="leases", lease=1.0, max_attempts=3).enqueue("k", 60)
     first = spawn_worker(shared_store[1], "-q", "leases", "-c", "2", "--reap-interval", "0.2")
     wait_until(lambda: marks(sink, "start", "k"), what="first attempt started")
     first.signal(signal.SIGKILL)
@@ -51,7 +51,7 @@ def test_paused_worker_cannot_overwrite_the_rescuers_outcome(
     spawn_worker: Callable[..., WorkerProcess],
     sink: Path,
 ) -> None:
-    handle = app.by_name("hang_first", queue="leases").enqueue("f", 2.5)
+    handle = app.by_name("hang_first", queue="leases", lease=1.0, max_attempts=3).enqueue("f", 2.5)
     paused = spawn_worker(shared_store[1], "-q", "leases", "-c", "1", "--reap-interval", "0.2")
     wait_until(lambda: marks(sink, "start", "f"), what="first attempt started")
     paused.signal(signal.SIGSTOP)
@@ -71,7 +71,7 @@ def test_heartbeats_keep_a_long_job_across_worker_processes(
     spawn_worker: Callable[..., WorkerProcess],
     sink: Path,
 ) -> None:
-    handle = app.by_name("outlive_lease", queue="leases").enqueue("h", 3.0)
+    handle = app.by_name("outlive_lease", queue="leases", lease=1.0).enqueue("h", 3.0)
     for _ in range(2):
         spawn_worker(shared_store[1], "-q", "leases", "-c", "2", "--reap-interval", "0.1")
     assert handle.result(timeout=30) == 1
