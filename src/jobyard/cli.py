@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -36,7 +36,7 @@ from .errors import (
     JobNotFound,
     JobyardError,
 )
-from .job import Job
+from .job import Job, check_name
 
 log = logging.getLogger("jobyard.cli")
 
@@ -124,7 +124,7 @@ def _console() -> Console:
 
 
 def _when(moment: datetime | None) -> str:
-    return "" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _ago(epoch: float) -> str:
@@ -288,13 +288,17 @@ def worker(
         "reap_interval": reap_interval,
         "retention": retention,
     }
-    log.info("store %s", mask_url(app.url))
+    for name in queues:
+        check_name("queue", name)
     if processes == 1:
-        app.run_worker(**options)
+        runner = app.worker(**options)  # opens the store: a bad one fails here, on one line
+        log.info("store %s", mask_url(app.url))
+        runner.run()
         return
     from .worker.worker import run_processes
 
     _ = app.backend  # fail here, once, if the store is unreachable or not migrated
+    log.info("store %s, %d worker processes", mask_url(app.url), processes)
     app.close()
     code = run_processes(app_ref, processes, **options)
     if code:
@@ -468,8 +472,10 @@ def jobs(
         console.print("no jobs match")
         return
     table = Table(box=box.SIMPLE_HEAD)
-    for column in ("id", "name", "queue", "status", "priority", "attempts", "created", "finished"):
-        table.add_column(column, no_wrap=True, justify="right" if column == "priority" else "left")
+    columns = ("id", "name", "queue", "status", "priority", "attempts", "created", "finished")
+    for column in columns:
+        title = f"{column} (UTC)" if column in ("created", "finished") else column
+        table.add_column(title, no_wrap=True, justify="right" if column == "priority" else "left")
     table.add_column("error")
     for job in found:
         table.add_row(

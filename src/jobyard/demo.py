@@ -156,7 +156,7 @@ def run(
     console: Console | None = None,
 ) -> int:
     """Run the demo; the exit status (0: every job reached an end state)."""
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, soft_wrap=True)
     with contextlib.ExitStack() as stack:
         if db is None:
             where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jobyard-demo-")))
@@ -323,7 +323,9 @@ def _summary(
 
 
 def _dead_letters(console: Console, jobs: dict[str, list[Job]], url: str, db: str | None) -> None:
-    failed = [j for q in QUEUES for j in jobs[q] if j.status == "failed"]
+    failed = sorted(
+        (j for q in QUEUES for j in jobs[q] if j.status == "failed"), key=lambda j: j.created_at
+    )
     if not failed:
         return
     console.print(f"\nfailed jobs ({len(failed)}):", style="bold", markup=False)

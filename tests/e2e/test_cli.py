@@ -1,0 +1,389 @@
+"""The ``jobyard`` command driven as a user drives it: ``python -m jobyard ...`` in a subprocess,
+on a temporary SQLite store, against ``tests.e2e.cli_app:app``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jobyard
+from jobyard.backends.base import STATUSES
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.e2e.cli_app:app"
+
+
+class Cli:
+    """Runs ``python -m jobyard`` with ``JOBYARD_URL`` set to this test's store."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.url = url
+        self.logs = logs
+        self.env = {**os.environ, "JOBYARD_URL": url, "PYTHONUNBUFFERED": "1"}
+        self.env.pop("JOBYARD_DEBUG", None)
+        self.env.pop("COLUMNS", None)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jobyard", *args],
+            cwd=ROOT,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def ok(self, *args: str) -> str:
+        """Run a command that must succeed; its stdout."""
+        done = self(*args)
+        assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stderr}"
+        assert "Traceback" not in done.stderr
+        return done.stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.ok(*args, "--json"))
+
+    def enqueue(self, name: str, *options: str) -> str:
+        job_id = self.ok("enqueue", APP, name, *options).strip()
+        assert job_id and "\n" not in job_id
+        return job_id
+
+    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+        """A long-running command (a worker), its output in a log file; killed at teardown."""
+        log = (self.logs / f"proc-{len(self.procs)}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobyard", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(f"sqlite:///{tmp_path}/x.db", tmp_path)
+    yield runner
+    runner.kill_all()
+
+
+@pytest.fixture
+def app(cli: Cli) -> Iterator[jobyard.App]:
+    """The same store opened in the test's process, to wait on conditions."""
+    store = jobyard.App(cli.url)
+    yield store
+    store.close()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.05)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Bad input: one line on stderr starting with ``error:``, exit code 2, no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0]
+    return lines[0]
+
+
+# --- producing and inspecting ---------------------------------------------------------------------
+
+
+def test_help_lists_the_commands(cli: Cli) -> None:
+    out = cli.ok("--help")
+    for command in ("worker", "enqueue", "status", "jobs", "show", "retry", "cancel", "purge"):
+        assert command in out
+    assert "migrate" in out and "demo" in out
+    assert "-q, --queue" in cli.ok("worker", "--help")
+
+
+def test_enqueue_prints_the_id_and_show_prints_every_field(cli: Cli) -> None:
+    # given a job enqueued with every option
+    job_id = cli.enqueue(
+        "greet",
+        "--args",
+        '["ada"]',
+        "--kwargs",
+        '{"punctuation": "?"}',
+        "--priority",
+        "5",
+        "--delay",
+        "1h",
+        "--idempotency-key",
+        "greet-ada",
+    )
+
+    # when it is shown
+    out = cli.ok("show", APP, job_id)
+    data = cli.json("show", APP, job_id)
+
+    # then every field of the job is there
+    for field in ("id", "name", "queue", "status", "priority", "attempts", "run_at", "created_at"):
+        assert field in out
+    assert "greet-ada" in out and '["ada"]' in out and '{"punctuation": "?"}' in out
+    assert data["id"] == job_id
+    assert data["name"] == "greet" and data["queue"] == "mail" and data["status"] == "pending"
+    assert data["priority"] == 5 and data["attempts"] == 0 and data["max_attempts"] == 4
+    assert data["args"] == ["ada"] and data["kwargs"] == {"punctuation": "?"}
+    assert data["idempotency_key"] == "greet-ada"
+    expected = {
+        "id", "name", "queue", "status", "priority", "attempts", "max_attempts", "run_at",
+        "created_at", "started_at", "finished_at", "worker_id", "result", "error", "parent_id",
+        "idempotency_key", "args", "kwargs", "delivery",
+    }  # fmt: skip
+    assert expected <= set(data)
+
+
+def test_enqueue_with_a_held_idempotency_key_returns_the_existing_job(cli: Cli) -> None:
+    first = cli.enqueue("greet", "--args", '["bob"]', "--idempotency-key", "k1")
+
+    again = cli("enqueue", APP, "greet", "--args", '["bob"]', "--idempotency-key", "k1")
+
+    assert again.returncode == 0
+    assert again.stdout.strip() == first
+    assert "k1" in again.stderr and "no new job" in again.stderr
+
+
+def test_enqueue_by_name_needs_no_handler_and_takes_a_queue(cli: Cli) -> None:
+    job_id = cli.enqueue("not_registered_anywhere", "--queue", "elsewhere")
+
+    data = cli.json("show", APP, job_id)
+
+    assert data["name"] == "not_registered_anywhere" and data["queue"] == "elsewhere"
+
+
+def test_status_counts_jobs_per_queue(cli: Cli) -> None:
+    # given two pending jobs on mail, one cancelled, and one on reports
+    cli.enqueue("greet", "--args", '["a"]')
+    cli.enqueue("greet", "--args", '["b"]')
+    cli.ok("cancel", APP, cli.enqueue("greet", "--args", '["c"]'))
+    cli.enqueue("report", "--args", '["2024-05"]')
+
+    # when status is asked for
+    out = cli.ok("status", APP)
+    data = cli.json("status", APP)
+
+    # then each queue has a row of counts by status, and no worker is live
+    assert "store: sqlite:///" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert rows["mail"][: len(STATUSES)] == ["2", "0", "0", "0", "1"]
+    assert rows["reports"][: len(STATUSES)] == ["1", "0", "0", "0", "0"]
+    assert "workers: none live" in out
+    queues = {q["queue"]: q for q in data["queues"]}
+    assert queues["mail"]["counts"] == {
+        "pending": 2,
+        "running": 0,
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 1,
+    }
+    assert queues["mail"]["completed_last_minute"] == 0
+    assert data["workers"] == []
+
+
+def test_jobs_lists_newest_first_with_filters(cli: Cli) -> None:
+    a = cli.enqueue("greet", "--args", '["a"]')
+    b = cli.enqueue("greet", "--args", '["b"]')
+    r = cli.enqueue("report", "--args", '["2024-05"]')
+    cli.ok("cancel", APP, b)
+
+    def ids(*options: str) -> list[str]:
+        out = cli.ok("jobs", APP, *options)
+        rows = [line.split() for line in out.splitlines()]
+        return [row[0] for row in rows if row[1:2] == ["greet"] or row[1:2] == ["report"]]
+
+    assert ids() == [r, b, a]
+    assert ids("--queue", "mail") == [b, a]
+    assert ids("--status", "cancelled") == [b]
+    assert ids("--name", "report") == [r]
+    assert ids("--limit", "1") == [r]
+    assert [j["id"] for j in map(json.loads, cli.ok("jobs", APP, "--json").splitlines())] == [
+        r,
+        b,
+        a,
+    ]
+    assert "no jobs match" in cli.ok("jobs", APP, "--status", "failed")
+
+
+def test_cancel_retry_and_purge(cli: Cli) -> None:
+    # given a pending job
+    job_id = cli.enqueue("greet", "--args", '["a"]')
+    keep = cli.enqueue("greet", "--args", '["b"]')
+
+    # when it is cancelled, then it is cancelled; cancelling again is refused
+    assert "cancelled" in cli.ok("cancel", APP, job_id)
+    assert_one_line_error(cli("cancel", APP, job_id), "cancelled")
+
+    # when it is retried, it is pending again; retrying a pending job is refused
+    assert "pending" in cli.ok("retry", APP, job_id)
+    assert cli.json("show", APP, job_id)["status"] == "pending"
+    assert_one_line_error(cli("retry", APP, keep), "pending")
+
+    # purge deletes finished jobs only, and respects --older-than
+    cli.ok("cancel", APP, job_id)
+    assert cli.ok("purge", APP, "--older-than", "1h").strip() == "purged 0 job(s)"
+    assert cli.ok("purge", APP, "--status", "failed").strip() == "purged 0 job(s)"
+    assert cli.ok("purge", APP, "--status", "cancelled").strip() == "purged 1 job(s)"
+    assert_one_line_error(cli("show", APP, job_id), job_id)
+    assert cli.json("show", APP, keep)["status"] == "pending"
+
+
+def test_migrate_reports_the_schema_state(cli: Cli) -> None:
+    out = cli.ok("migrate", APP)
+
+    assert "up to date" in out or "applied" in out
+
+
+# --- the worker ---------------------------------------------------------------------------------
+
+
+def test_worker_runs_jobs_shows_in_status_and_stops_on_sigterm(cli: Cli, app: jobyard.App) -> None:
+    # given a job that succeeds and one that fails on its only attempt
+    ok = cli.enqueue("greet", "--args", '["ada"]')
+    bad = cli.enqueue("explode", "--args", '["on purpose"]')
+    other = cli.enqueue("report", "--args", '["2024-05"]')
+
+    # when a worker of the mail queue runs
+    worker = cli.spawn(
+        "worker", APP, "-q", "mail", "-c", "2", "--grace", "5", "--reap-interval", "0.2",
+        "--poll-interval", "0.1", "--log-level", "DEBUG",
+    )  # fmt: skip
+    wait_until(lambda: app.get(ok).status == "completed", what="the greet job to complete")
+    wait_until(lambda: app.get(bad).status == "failed", what="the explode job to fail")
+
+    # then status shows it live, and the jobs' outcomes are visible
+    status = wait_until(lambda: cli.json("status", APP)["workers"], what="a live worker")
+    assert status[0]["pid"] == worker.pid and status[0]["queues"] == ["mail"]
+    assert str(worker.pid) in cli.ok("status", APP)
+    assert cli.json("show", APP, ok)["result"] == "hello ada!"
+    shown = cli.ok("show", APP, bad)
+    assert "Traceback" in shown and "RuntimeError: kaboom: on purpose" in shown
+    assert "kaboom: on purpose" in cli.ok("jobs", APP, "--status", "failed")
+    assert app.get(other).status == "pending"  # not a queue this worker serves
+
+    # when it gets SIGTERM, it stops, unregistered, with exit code 0
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    assert cli.json("status", APP)["workers"] == []
+
+    # and the failed job can be re-driven
+    assert "pending" in cli.ok("retry", APP, bad)
+    data = cli.json("show", APP, bad)
+    assert data["status"] == "pending" and data["attempts"] == 0
+
+
+def test_worker_with_processes_runs_jobs_and_stops_on_sigterm(cli: Cli, app: jobyard.App) -> None:
+    ids = [cli.enqueue("greet", "--args", json.dumps([str(n)])) for n in range(6)]
+
+    worker = cli.spawn("worker", APP, "--processes", "2", "-c", "2", "--grace", "5")
+
+    wait_until(
+        lambda: all(app.get(i).status == "completed" for i in ids), what="every job to complete"
+    )
+    workers = wait_until(lambda: len(app.workers()) == 2 and app.workers(), what="two workers")
+    assert {w.pid for w in workers}.isdisjoint({worker.pid})  # children, not the supervisor
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    assert app.workers() == []
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+BAD_INPUT = [
+    pytest.param(["status", "no_colon_here"], ["module:attribute"], id="app-without-colon"),
+    pytest.param(["status", "tests.e2e.no_such_module:app"], ["no_such_module"], id="no-module"),
+    pytest.param(["status", "tests.e2e.cli_app:missing"], ["missing"], id="no-attribute"),
+    pytest.param(["status", "tests.e2e.cli_app:not_an_app"], ["not a jobyard.App"], id="not-app"),
+    pytest.param(["worker", "tests.e2e.cli_app:greet"], ["not a jobyard.App"], id="job-as-app"),
+    pytest.param(["show", APP, "424242"], ["424242"], id="unknown-id-show"),
+    pytest.param(["cancel", APP, "424242"], ["424242"], id="unknown-id-cancel"),
+    pytest.param(["retry", APP, "424242"], ["424242"], id="unknown-id-retry"),
+    pytest.param(["purge", APP, "--older-than", "7x"], ["7x"], id="bad-duration"),
+    pytest.param(["enqueue", APP, "greet", "--args", "[oops"], ["--args"], id="args-not-json"),
+    pytest.param(["enqueue", APP, "greet", "--args", '{"a": 1}'], ["array"], id="args-not-list"),
+    pytest.param(["enqueue", APP, "greet", "--kwargs", "[1]"], ["object"], id="kwargs-not-dict"),
+    pytest.param(["enqueue", APP, "greet", "--delay", "soon"], ["soon"], id="bad-delay"),
+    pytest.param(["jobs", APP, "--status", "sleeping"], ["sleeping"], id="bad-status"),
+    pytest.param(["worker", APP, "-c", "0"], ["concurrency"], id="bad-concurrency"),
+    pytest.param(["worker", APP, "-q", "bad queue!"], ["queue"], id="bad-queue-name"),
+    pytest.param(["frobnicate"], ["frobnicate"], id="unknown-command"),
+]
+
+
+@pytest.mark.parametrize(("argv", "needles"), BAD_INPUT)
+def test_bad_input_is_one_line_with_exit_code_2(
+    cli: Cli, argv: list[str], needles: list[str]
+) -> None:
+    assert_one_line_error(cli(*argv), *needles)
+
+
+def test_unknown_url_scheme_lists_the_supported_ones_and_hides_the_password(cli: Cli) -> None:
+    done = cli("status", APP, env={"JOBYARD_URL": "mysql://admin:hunter2@db.example/shop"})
+
+    line = assert_one_line_error(done, "sqlite://", "postgresql://", "redis://")
+    assert "hunter2" not in done.stdout + done.stderr
+    assert "admin:***@db.example" in line
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://admin:hunter2@127.0.0.1:1/shop", "redis://:hunter2@127.0.0.1:1/0"]
+)
+def test_an_unreachable_store_is_one_line_without_the_password(cli: Cli, url: str) -> None:
+    done = cli("status", APP, env={"JOBYARD_URL": url}, timeout=60)
+
+    assert done.returncode in (1, 2), done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: ")
+    assert "hunter2" not in done.stdout + done.stderr
+
+
+# --- the demo -----------------------------------------------------------------------------------
+
+
+def test_demo_runs_to_the_closing_table(cli: Cli, tmp_path: Path) -> None:
+    done = cli("demo", "--orders", "40", "--db", str(tmp_path / "demo.db"), timeout=60)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for word in ("queue", "completed", "retried", "failed", "jobs/s"):
+        assert word in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    for queue in ("emails", "invoices", "thumbnails"):
+        jobs, completed, _retried, failed = map(int, rows[queue][:4])
+        assert jobs == 40 and completed + failed == 40
+    assert int(rows["thumbnails"][3]) >= 1  # the corrupt image's job is in the dead letter
+    assert int(rows["all"][2]) >= 1  # some jobs needed a retry
+    assert "cannot decode" in out and "exit codes 0, 0" in out
