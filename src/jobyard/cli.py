@@ -3,8 +3,8 @@
 APP is ``module:attribute`` (as uvicorn and celery take it), loaded with
 :func:`jobyard.app.load_app`. Bad input (an APP that cannot be loaded, an unknown store scheme,
 an unknown job id, a bad duration or JSON argument) is reported on one line of stderr with exit
-code 2, never a traceback; a store that cannot be reached exits with 1. A password in a store URL
-is never printed.
+code 2, never a traceback (``JOBYARD_DEBUG=1`` shows it); a store that cannot be reached exits
+with 1. A password in a store URL is never printed.
 """
 
 from __future__ import annotations
@@ -184,10 +184,7 @@ def _app(ref: str) -> App:
     except Exception as exc:
         if os.environ.get("JOBYARD_DEBUG"):
             raise
-        raise ConfigurationError(
-            f"cannot load {ref!r}: {type(exc).__name__}: {exc} "
-            "(JOBYARD_DEBUG=1 shows the traceback)"
-        ) from exc
+        raise ConfigurationError(f"cannot load {ref!r}: {type(exc).__name__}: {exc}") from exc
 
 
 @cli.command()
@@ -245,7 +242,8 @@ def _app(ref: str) -> App:
     "--retention",
     type=DURATION,
     default=None,
-    help="Delete finished jobs this long after they finish (e.g. 7d). Default: keep them.",
+    help="Delete completed jobs this long after they finish (e.g. 7d); failed ones are kept."
+    " Default: keep every job.",
 )
 @click.option(
     "--log-level",
@@ -642,14 +640,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         _fail(exc.format_message(), exc.exit_code)
     except click.exceptions.Abort:
         _fail("aborted", 130)
-    except (ConfigurationError, JobNotFound, InvalidTransition, DuplicateJob) as exc:
-        _fail(str(exc), EXIT_BAD_INPUT)
-    except JobyardError as exc:  # QueueFull, SchemaError: the input was fine, the store refused
-        _fail(str(exc), EXIT_FAILURE)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
-        if os.environ.get("JOBYARD_DEBUG") or not _is_store_error(exc):
-            raise
-        _fail(f"the store failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        if os.environ.get("JOBYARD_DEBUG"):
+            raise  # the whole traceback, for a bug report
+        if isinstance(exc, ConfigurationError | JobNotFound | InvalidTransition | DuplicateJob):
+            _fail(str(exc), EXIT_BAD_INPUT)
+        if isinstance(exc, JobyardError):  # QueueFull, SchemaError: input fine, the store refused
+            _fail(str(exc), EXIT_FAILURE)
+        if _is_store_error(exc):
+            _fail(f"the store failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+        raise
     sys.exit(code if isinstance(code, int) else 0)
