@@ -18,6 +18,7 @@ from .backends.base import (
     NewJob,
     QueueConfig,
     QueueStats,
+    Schedule,
     StatsParams,
     WorkerInfo,
 )
@@ -48,6 +49,7 @@ class App:
         self.clock: Clock = clock or SystemClock()
         self.registry: dict[str, JobFunction[Any, Any]] = {}
         self.consumers: list[Any] = []  # Redis list and stream consumers started by workers
+        self.schedules: dict[str, Schedule] = {}
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
@@ -249,6 +251,40 @@ class App:
         )
         self.backend.queues_configure(config)
         return config
+
+    # recurring jobs ----------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        cron: str,
+        job: JobFunction[..., Any] | str,
+        /,
+        *args: Any,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> Schedule:
+        """Enqueue ``job(*args, **kwargs)`` at every tick of the cron expression ``cron``
+        (UTC; 5 fields, or 6 with seconds first). Workers fire each tick exactly once."""
+        from .cron import check_cron
+
+        check_cron(cron)
+        fn = self.by_name(job) if isinstance(job, str) else job
+        sched_name = check_name("schedule", name or fn.name)
+        if sched_name in self.schedules:
+            raise ConfigurationError(f"a schedule named {sched_name!r} exists already")
+        sched = Schedule(sched_name, cron, fn.opts.new_job(args, kwargs))
+        self.schedules[sched_name] = sched
+        return sched
+
+    def sync_schedules(self) -> None:
+        """Store this app's schedules, deactivating stored ones it no longer has."""
+        from .cron import sync
+
+        sync(self.backend, self.schedules.values())
+
+    def scheduled(self) -> list[Schedule]:
+        """The schedules stored, with their next and last runs."""
+        return self.backend.schedules_list()
 
     # consumers of foreign Redis lists and streams ------------------------------------------------
 

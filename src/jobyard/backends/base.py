@@ -250,6 +250,38 @@ class StatsParams:
     queues: Sequence[str] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A recurring job (seed 001's RecurringJob): ``job`` is inserted at every cron tick."""
+
+    name: str
+    cron: str
+    job: NewJob
+    active: bool = True
+    next_run_at: float | None = None  # kept by the store
+    last_run_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulesSyncParams:
+    """Make the stored schedules those of ``schedules`` (others are deactivated). A new schedule,
+    or one whose cron expression or job changed, starts at its ``next_run_at``; an unchanged one
+    keeps the stored ``next_run_at`` so a restart never fires a tick twice or skips one."""
+
+    schedules: Sequence[Schedule]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulesFireParams:
+    """Fire one tick: only if the schedule's stored next_run_at still equals ``fire_at``, move it
+    to ``next_at`` and insert the schedule's job, atomically. Of many workers firing the same
+    tick, exactly one succeeds."""
+
+    name: str
+    fire_at: float
+    next_at: float
+
+
 # --- the protocol ------------------------------------------------------------------------------
 
 
@@ -336,6 +368,23 @@ class Backend(Protocol):
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
+        ...
+
+    # time and recurring jobs
+    def clock_now(self) -> float:
+        """The store's "now" (or the frozen clock's), in epoch seconds."""
+        ...
+
+    def schedules_sync(self, params: SchedulesSyncParams) -> None:
+        """Store the app's schedules (see :class:`SchedulesSyncParams`)."""
+        ...
+
+    def schedules_list(self) -> list[Schedule]:
+        """Every stored schedule, with its next and last run."""
+        ...
+
+    def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
+        """Fire a due tick (see :class:`SchedulesFireParams`); None if another worker did."""
         ...
 
     def close(self) -> None:

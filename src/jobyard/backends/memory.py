@@ -33,6 +33,9 @@ from .base import (
     QueueConfig,
     QueueStats,
     Reaped,
+    Schedule,
+    SchedulesFireParams,
+    SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -62,6 +65,7 @@ class MemoryBackend:
         self._rows: dict[str, _Row] = {}
         self._queues: dict[str, QueueConfig] = {}
         self._workers: dict[str, WorkerInfo] = {}
+        self._schedules: dict[str, Schedule] = {}
         self._ids = itertools.count(1)
         self._inserts = 0
 
@@ -427,6 +431,51 @@ class MemoryBackend:
                         recent += 1
                 out.append(QueueStats(name, counts, recent))
             return out
+
+    # time and recurring jobs ------------------------------------------------------------------
+
+    def clock_now(self) -> float:
+        """The frozen clock's now, else the host's."""
+        return self._now()
+
+    def schedules_sync(self, params: SchedulesSyncParams) -> None:
+        """Upsert the given schedules, keeping the next run of unchanged ones."""
+        with self._lock:
+            given = {s.name for s in params.schedules}
+            for name, stored in self._schedules.items():
+                if name not in given:
+                    self._schedules[name] = replace(stored, active=False)
+            for new in params.schedules:
+                old = self._schedules.get(new.name)
+                if old is not None and old.cron == new.cron and old.job == new.job:
+                    self._schedules[new.name] = replace(old, active=True)
+                else:
+                    self._schedules[new.name] = replace(new, active=True, last_run_at=None)
+
+    def schedules_list(self) -> list[Schedule]:
+        """Every stored schedule."""
+        with self._lock:
+            return sorted(self._schedules.values(), key=lambda s: s.name)
+
+    def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
+        """Compare-and-set the next run, and insert the tick's job."""
+        with self._lock:
+            sched = self._schedules.get(params.name)
+            if (
+                sched is None
+                or not sched.active
+                or sched.next_run_at is None
+                or abs(sched.next_run_at - params.fire_at) > 0.001
+            ):
+                return None
+            job = sched.job
+            key = job.idempotency_key or f"cron:{sched.name}:{params.fire_at!r}"
+            job = replace(job, run_at=params.fire_at, idempotency_key=key)
+            (inserted,) = self.jobs_insert(JobsInsertParams([job]))  # raises QueueFull: no change
+            self._schedules[sched.name] = replace(
+                sched, next_run_at=params.next_at, last_run_at=params.fire_at
+            )
+            return inserted
 
     def close(self) -> None:
         """Nothing to release."""

@@ -8,6 +8,7 @@ import random
 import threading
 from collections.abc import Callable
 
+from .. import cron
 from ..backends.base import (
     Backend,
     JobsPurgeParams,
@@ -62,10 +63,12 @@ class Maintenance:
         info: WorkerInfo,
         reap_interval: float,
         retention: float | None,
+        schedules: bool = False,
     ) -> None:
         self.backend = backend
         self.info = info
         self.retention = retention
+        self.schedules = schedules
         self._beats = 0
         # Jitter spreads the reapers of many workers so they do not all scan at once.
         interval = reap_interval * random.uniform(0.8, 1.2)
@@ -89,6 +92,8 @@ class Maintenance:
         """One round of maintenance."""
         for job in self.backend.leases_reap(LeasesReapParams()):
             log.warning("job %s: lease lapsed (its worker is gone); now %s", job.id, job.status)
+        if self.schedules:
+            cron.tick(self.backend)
         self._beats += 1
         if self._beats % self._every == 0:
             self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=30.0))

@@ -118,7 +118,9 @@ class Worker:
         )
         self.completer = Completer(self.backend, self._on_acked, self._halt)
         self.heartbeat = Ticker("jobyard-heartbeat", 0.05, self._heartbeat)
-        self.maintenance = Maintenance(self.backend, self.info, reap_interval, retention)
+        self.maintenance = Maintenance(
+            self.backend, self.info, reap_interval, retention, schedules=bool(app.schedules)
+        )
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -138,6 +140,8 @@ class Worker:
             t = threading.Thread(target=loop.run_forever, name="jobyard-asyncio", daemon=True)
             t.start()
             self._loop = loop
+        if self.app.schedules:
+            self.app.sync_schedules()
         self.completer.start()
         self.heartbeat.start()
         self.maintenance.start()
@@ -196,8 +200,8 @@ class Worker:
             )
             self.stop()
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
     def request_stop(self, force: bool = False) -> None:
         """Ask :meth:`run` to stop (as a signal would); ``force`` skips the grace period."""

@@ -1,0 +1,186 @@
+"""Recurring jobs on every backend: each tick fires exactly once, whoever races for it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import jobyard
+from jobyard import cron, testing
+from jobyard.backends.base import SchedulesFireParams
+
+START = datetime(2027, 3, 1, 8, 59, 30, tzinfo=UTC).timestamp()
+
+
+@pytest.fixture
+def frozen() -> jobyard.FrozenClock:
+    return jobyard.FrozenClock(START)
+
+
+def test_a_schedule_fires_once_per_tick(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job(queue="reports")
+    def report(kind: str) -> str:
+        return kind
+
+    app.schedule("0 9 * * 1-5", report, "daily", name="daily-report")
+    app.sync_schedules()
+    (sched,) = app.scheduled()
+    assert sched.next_run_at == pytest.approx(START + 30)
+    assert cron.tick(app.backend) == []
+    frozen.advance(31)
+    assert cron.tick(app.backend) == ["daily-report"]
+    assert cron.tick(app.backend) == []  # the same tick never fires twice
+    (job,) = testing.enqueued(app, "report")
+    assert job.args == ("daily",) and job.queue == "reports"
+    assert job.run_at.timestamp() == pytest.approx(START + 30)
+    (sched,) = app.scheduled()
+    assert sched.last_run_at == pytest.approx(START + 30)
+    assert sched.next_run_at == pytest.approx(START + 30 + 86400)  # Tuesday 09:00
+
+
+def test_racing_workers_fire_a_tick_once(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job
+    def ping() -> None:
+        return None
+
+    app.schedule("* * * * *", ping)
+    app.sync_schedules()
+    frozen.advance(31)
+    apps = [make_app(frozen) for _ in range(4)]
+    fired: list[list[str]] = []
+    barrier = threading.Barrier(len(apps))
+
+    def race(a: jobyard.App) -> None:
+        barrier.wait()
+        fired.append(cron.tick(a.backend))
+
+    threads = [threading.Thread(target=race, args=(a,)) for a in apps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(name for names in fired for name in names) == ["ping"]
+    assert len(testing.enqueued(app, "ping")) == 1
+
+
+def test_resync_keeps_the_next_run_and_a_changed_schedule_restarts(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job
+    def ping() -> None:
+        return None
+
+    app.schedule("*/5 * * * *", ping, name="p")
+    app.sync_schedules()
+    first = app.scheduled()[0].next_run_at
+    frozen.advance(60)
+    app.sync_schedules()  # a worker restart
+    assert app.scheduled()[0].next_run_at == first
+    stale = SchedulesFireParams("p", (first or 0) - 300, first or 0)
+    assert app.backend.schedules_fire(stale) is None  # not the stored tick: refused
+
+    other = make_app(frozen)
+    other.schedule("0 * * * *", ping, name="p")
+    other.sync_schedules()
+    (sched,) = other.scheduled()
+    assert sched.cron == "0 * * * *" and sched.next_run_at != first
+
+
+def test_removed_schedules_are_deactivated(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job
+    def ping() -> None:
+        return None
+
+    app.schedule("* * * * *", ping, name="gone")
+    app.sync_schedules()
+    make_app(frozen).sync_schedules()  # an app version without schedules
+    (sched,) = app.scheduled()
+    assert not sched.active
+    frozen.advance(120)
+    assert cron.tick(app.backend) == []
+
+
+def test_missed_ticks_fire_once(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job
+    def ping() -> None:
+        return None
+
+    app.schedule("* * * * *", ping)
+    app.sync_schedules()
+    frozen.advance(3600)  # an hour with no worker
+    assert cron.tick(app.backend) == ["ping"]
+    assert cron.tick(app.backend) == []
+    assert len(testing.enqueued(app, "ping")) == 1
+    assert app.scheduled()[0].next_run_at == pytest.approx(START + 30 + 3600)
+
+
+def test_workers_fire_schedules(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    ran = threading.Event()
+
+    @app.job
+    def every_second() -> None:
+        ran.set()
+
+    app.schedule("* * * * * *", every_second)
+    from tests.conftest import running_worker
+
+    with running_worker(app, concurrency=1, reap_interval=0.1):
+        assert ran.wait(10)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["", "   ", "* * *", "61 * * * *", "* 25 * * *", "* * * * * * *", "a b c d e", "*/0 * * * *"],
+)
+def test_bad_cron_expressions_are_refused(
+    make_app: Callable[..., jobyard.App], expression: str
+) -> None:
+    app = make_app()
+
+    @app.job
+    def ping() -> None:
+        return None
+
+    with pytest.raises(jobyard.ConfigurationError, match="invalid cron expression"):
+        app.schedule(expression, ping)
+    assert app.schedules == {}
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    st.text(max_size=40)
+    | st.lists(st.sampled_from(["*", "*/2", "1-5", "0", "99", ",", "L", "?", "#"]), max_size=7).map(
+        " ".join
+    )
+)
+def test_fuzzed_cron_expressions_are_valid_or_refused(expression: str) -> None:
+    try:
+        cron.check_cron(expression)
+    except jobyard.ConfigurationError as exc:
+        assert "invalid cron expression" in str(exc)
+        return
+    assert cron.next_tick(expression, START) > START
