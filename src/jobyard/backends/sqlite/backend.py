@@ -17,6 +17,7 @@ rows to the records of :mod:`jobyard.backends.base`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import time
@@ -49,9 +50,13 @@ from ..base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
+    NewJob,
     QueueConfig,
     QueueStats,
     Reaped,
+    Schedule,
+    SchedulesFireParams,
+    SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -143,67 +148,74 @@ class SQLiteBackend:
     # producer side ----------------------------------------------------------------------------
 
     def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
-        """Insert a batch in one write transaction; all or nothing.
-
-        Each job is one execution of a cached statement, whose RETURNING tells a new job from
-        one refused by the idempotency index; the statement is compiled once and the batch
-        commits once, which is what costs time in SQLite.
-        """
+        """Insert a batch in one write transaction; all or nothing."""
         if params.connection is not None:
             raise ConfigurationError(
                 "a transactional enqueue (connection=...) needs the PostgreSQL backend"
             )
         if not params.jobs:
             return []
-        q = self._q
         conn = self._conns.get()
-        out: list[Inserted] = []
-        touched: set[str] = set()
         with write(conn):
-            now = self._now(conn)
-            for job in params.jobs:
-                row = conn.execute(
-                    q["jobs_insert"],
-                    {
-                        "queue": job.queue,
-                        "name": job.name,
-                        "priority": job.priority,
-                        "max_attempts": job.max_attempts,
-                        "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
-                        "backoff": job.backoff,
-                        "timeout": job.timeout,
-                        "lease": job.lease,
-                        "delivery": job.delivery,
-                        "run_at": job.run_at,
-                        "delay": job.delay,
-                        "now": now,
-                        "idempotency_key": job.idempotency_key,
-                        "parent_id": job.parent_id,
-                        "payload": job.payload,
-                    },
-                ).fetchone()
-                if row is not None:
-                    out.append(Inserted(str(row[0]), True))
-                    touched.add(job.queue)
-                    continue
-                # Nothing inserted: only the idempotency index refuses a row, and its holder
-                # is pending or running in this very transaction (possibly earlier in the batch).
-                holder = conn.execute(
-                    q["jobs_holder"], {"queue": job.queue, "idempotency_key": job.idempotency_key}
-                ).fetchone()
-                if holder is None:  # pragma: no cover - would mean the index is missing
-                    raise JobyardError(f"insert of a {job.name!r} job was refused for no reason")
-                out.append(Inserted(str(holder[0]), False))
-            # Counted under the write lock after the batch, so concurrent producers cannot
-            # both squeeze in under max_pending; raising rolls the whole batch back.
-            for queue in sorted(touched):
-                full = conn.execute(q["queues_over_max_pending"], {"queue": queue}).fetchone()
-                if full is not None:
-                    raise QueueFull(queue, full[0])
+            out, touched = self._insert(conn, self._now(conn), params.jobs)
         # After COMMIT: a woken worker must find the jobs there.
         if touched:
             self._signal.notify(touched)
         return out
+
+    def _insert(
+        self, conn: sqlite3.Connection, now: float, jobs: Sequence[NewJob]
+    ) -> tuple[list[Inserted], set[str]]:
+        """Insert ``jobs`` inside the caller's write transaction; the outcomes and the queues
+        that got new jobs. Raises QueueFull, which must roll the transaction back.
+
+        Each job is one execution of a cached statement, whose RETURNING tells a new job from
+        one refused by the idempotency index. The statement is compiled once and the batch
+        commits once, which is what costs time in SQLite, not the executions.
+        """
+        q = self._q
+        out: list[Inserted] = []
+        touched: set[str] = set()
+        for job in jobs:
+            row = conn.execute(
+                q["jobs_insert"],
+                {
+                    "queue": job.queue,
+                    "name": job.name,
+                    "priority": job.priority,
+                    "max_attempts": job.max_attempts,
+                    "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+                    "backoff": job.backoff,
+                    "timeout": job.timeout,
+                    "lease": job.lease,
+                    "delivery": job.delivery,
+                    "run_at": job.run_at,
+                    "delay": job.delay,
+                    "now": now,
+                    "idempotency_key": job.idempotency_key,
+                    "parent_id": job.parent_id,
+                    "payload": job.payload,
+                },
+            ).fetchone()
+            if row is not None:
+                out.append(Inserted(str(row[0]), True))
+                touched.add(job.queue)
+                continue
+            # Nothing inserted: only the idempotency index refuses a row, and its holder is
+            # pending or running in this very transaction (possibly earlier in the batch).
+            holder = conn.execute(
+                q["jobs_holder"], {"queue": job.queue, "idempotency_key": job.idempotency_key}
+            ).fetchone()
+            if holder is None:  # pragma: no cover - would mean the index is missing
+                raise JobyardError(f"insert of a {job.name!r} job was refused for no reason")
+            out.append(Inserted(str(holder[0]), False))
+        # Counted under the write lock after the batch, so concurrent producers cannot both
+        # squeeze in under max_pending.
+        for queue in sorted(touched):
+            full = conn.execute(q["queues_over_max_pending"], {"queue": queue}).fetchone()
+            if full is not None:
+                raise QueueFull(queue, full[0])
+        return out, touched
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that is not a number)."""
@@ -550,6 +562,66 @@ class SQLiteBackend:
             )
         return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
 
+    # time and recurring jobs ------------------------------------------------------------------
+
+    def clock_now(self) -> float:
+        """The frozen clock's instant, else SQLite's clock, in epoch seconds."""
+        return self._now(self._conns.get())
+
+    def schedules_sync(self, params: SchedulesSyncParams) -> None:
+        """Store the app's schedules in one transaction; the others are deactivated."""
+        q = self._q
+        conn = self._conns.get()
+        with write(conn):
+            names = json.dumps([s.name for s in params.schedules])
+            conn.execute(q["schedules_deactivate"], {"names": names})
+            for sched in params.schedules:
+                conn.execute(
+                    q["schedules_upsert"],
+                    {
+                        "name": sched.name,
+                        "cron": sched.cron,
+                        "job": _job_json(sched.job),
+                        "next_run_at": sched.next_run_at,
+                    },
+                )
+
+    def schedules_list(self) -> list[Schedule]:
+        """Every stored schedule, by name."""
+        rows = self._conns.get().execute(self._q["schedules_list"]).fetchall()
+        return [
+            Schedule(
+                name=r[0],
+                cron=r[1],
+                job=_job_from_json(r[2]),
+                active=bool(r[3]),
+                next_run_at=_float_or_none(r[4]),
+                last_run_at=_float_or_none(r[5]),
+            )
+            for r in rows
+        ]
+
+    def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
+        """Move the schedule past ``fire_at`` and insert its job, atomically; None if the tick
+        was fired already (by another worker) or the schedule is gone or inactive."""
+        conn = self._conns.get()
+        with write(conn):
+            row = conn.execute(
+                self._q["schedules_advance"],
+                {"name": params.name, "fire_at": params.fire_at, "next_at": params.next_at},
+            ).fetchone()
+            if row is None:
+                return None
+            job = _job_from_json(row[0])
+            key = job.idempotency_key or f"cron:{params.name}:{params.fire_at!r}"
+            job = dataclasses.replace(job, run_at=params.fire_at, idempotency_key=key)
+            # QueueFull propagates and rolls back the advance with the insert: the tick stays
+            # due and fires once the queue has room.
+            (inserted,), touched = self._insert(conn, self._now(conn), [job])
+        if touched:
+            self._signal.notify(touched)
+        return inserted
+
     def close(self) -> None:
         """Close every connection of this backend; safe to call twice."""
         self._conns.close()
@@ -591,6 +663,17 @@ def _storable(text: str | None) -> str | None:
     if text is None:
         return None
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _job_json(job: NewJob) -> str:
+    """A schedule's job as stored: sorted keys, so equal jobs are equal text."""
+    return json.dumps(dataclasses.asdict(job), sort_keys=True)
+
+
+def _job_from_json(text: str) -> NewJob:
+    data = json.loads(text)
+    known = {f.name for f in dataclasses.fields(NewJob)}
+    return NewJob(**{k: v for k, v in data.items() if k in known})
 
 
 def _queue_names(value: str) -> tuple[str, ...]:

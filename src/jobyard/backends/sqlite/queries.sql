@@ -343,3 +343,47 @@ SELECT n.value, (
       AND j.finished_at >= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - 60.0
 )
 FROM json_each(:names) AS n
+
+
+-- recurring jobs ----------------------------------------------------------------------------------
+
+-- name: schedules_deactivate
+-- Schedules the app no longer declares are kept (their history shows) but never fire.
+UPDATE schedules SET active = 0
+WHERE active = 1 AND name NOT IN (SELECT value FROM json_each(:names))
+
+-- name: schedules_upsert
+-- An unchanged schedule keeps its stored next and last run, so a restart neither fires a tick
+-- twice nor skips one; a new or changed one starts at the given next run. (SET expressions all
+-- read the row as it was before the update.)
+INSERT INTO schedules (name, cron, job, active, next_run_at, last_run_at)
+VALUES (:name, :cron, :job, 1, :next_run_at, NULL)
+ON CONFLICT (name) DO UPDATE
+SET active = 1,
+    next_run_at = CASE
+        WHEN schedules.cron = excluded.cron AND schedules.job = excluded.job
+        THEN schedules.next_run_at
+        ELSE excluded.next_run_at
+    END,
+    last_run_at = CASE
+        WHEN schedules.cron = excluded.cron AND schedules.job = excluded.job
+        THEN schedules.last_run_at
+        ELSE NULL
+    END,
+    cron = excluded.cron,
+    job = excluded.job
+
+-- name: schedules_list
+SELECT name, cron, job, active, next_run_at, last_run_at FROM schedules ORDER BY name
+
+-- name: schedules_advance
+-- The compare-and-set of a tick: only the caller that still sees next_run_at at :fire_at moves
+-- it on (1 ms tolerance: a float round trip through another store may not be exact). Runs in the
+-- same write transaction as the job's insert, so a refused insert (QueueFull) undoes it.
+UPDATE schedules
+SET next_run_at = :next_at, last_run_at = :fire_at
+WHERE name = :name
+  AND active = 1
+  AND next_run_at IS NOT NULL
+  AND abs(next_run_at - :fire_at) <= 0.001
+RETURNING job

@@ -1,0 +1,68 @@
+"""Fixtures for the SQLite backend's own tests: a backend on a fresh file per test, and raw
+``sqlite3`` access to that file for the checks (and corruptions) the Backend API cannot make."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from jobyard.backends.base import JobsInsertParams, NewJob
+from jobyard.backends.sqlite.backend import SQLiteBackend
+from jobyard.clock import Clock, FrozenClock, SystemClock
+
+PAYLOAD = '{"args":[],"kwargs":{}}'
+T0 = 1_800_000_000.0
+
+
+def new(queue: str = "q", name: str = "task", **options: object) -> NewJob:
+    """A NewJob with a valid payload; ``options`` are NewJob fields."""
+    return NewJob(name=name, queue=queue, payload=PAYLOAD, **options)  # type: ignore[arg-type]
+
+
+def insert(backend: SQLiteBackend, *jobs: NewJob) -> list[str]:
+    """Insert and return the ids."""
+    return [i.id for i in backend.jobs_insert(JobsInsertParams(list(jobs)))]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    """The URL of a database file that does not exist yet."""
+    return f"sqlite:///{tmp_path}/jobs.db"
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    """A frozen clock at a fixed instant."""
+    return FrozenClock(T0)
+
+
+@pytest.fixture
+def open_backend(url: str) -> Iterator[Callable[..., SQLiteBackend]]:
+    """Open backends on this test's file (a frozen clock by default); all closed at teardown."""
+    opened: list[SQLiteBackend] = []
+
+    def build(clock: Clock | None = None, at: str | None = None) -> SQLiteBackend:
+        backend = SQLiteBackend(at or url, clock or SystemClock())
+        opened.append(backend)
+        return backend
+
+    yield build
+    for backend in opened:
+        backend.close()
+
+
+@pytest.fixture
+def backend(open_backend: Callable[..., SQLiteBackend], clock: FrozenClock) -> SQLiteBackend:
+    """A backend on a fresh file with a frozen clock."""
+    return open_backend(clock)
+
+
+@pytest.fixture
+def raw(backend: SQLiteBackend) -> Iterator[sqlite3.Connection]:
+    """A plain autocommit connection to the backend's file."""
+    conn = sqlite3.connect(backend.path, isolation_level=None, timeout=10)
+    yield conn
+    conn.close()
