@@ -1,0 +1,178 @@
+"""Connecting to Redis: URL options, the redis-py client (single node or Cluster), the Lua
+scripts, and calling through dropped connections and restarts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+import redis.cluster
+import redis.exceptions
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from ...errors import ConfigurationError
+
+log = logging.getLogger("jobyard.redis")
+T = TypeVar("T")
+
+DEFAULT_PREFIX = "jobyard"
+DEFAULT_RESULT_TTL = 7 * 24 * 3600.0  # completed jobs and their results: a week
+DEFAULT_FAILED_TTL = 0.0  # failed and cancelled jobs: kept until purged (the dead letter)
+DEFAULT_RETRY_FOR = 20.0  # seconds a call keeps retrying while Redis is unreachable
+DEFAULT_SOCKET_TIMEOUT = 30.0  # redis-py's 5 s would cut a long BLPOP or a big insert short
+
+# Connection trouble worth waiting out: a killed connection, a restart (LOADING is a
+# ConnectionError too), a Cluster failover or resharding in progress.
+TRANSIENT: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+)
+
+SCRIPT_NAMES: tuple[str, ...] = (
+    "jobs_insert",
+    "jobs_claim",
+    "jobs_ack",
+    "leases_renew",
+    "leases_reap",
+    "jobs_cancel",
+    "jobs_retry",
+    "jobs_list",
+    "jobs_purge",
+    "stats_get",
+    "queues_configure",
+    "seq_take",
+    "wake",
+    "workers_beat",
+    "workers_list",
+    "list_take",
+    "list_settle",
+    "list_recover",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a ``redis://``, ``rediss://`` or ``redis+cluster://`` URL asks for.
+
+    jobyard's own query options are taken out; the rest go to redis-py as it reads them.
+    """
+
+    client_url: str  # for redis-py: scheme redis/rediss, jobyard's options removed
+    cluster: bool
+    prefix: str
+    result_ttl: float
+    failed_ttl: float
+    retry_for: float
+    socket_timeout: float
+
+
+def _seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}= must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise ConfigurationError(f"{name}= must not be negative, got {raw!r}")
+    return value
+
+
+def parse_url(url: str) -> Settings:
+    """Read a store URL; ``prefix``, ``result_ttl``, ``failed_ttl`` and ``retry_for`` are ours."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
+        raise ConfigurationError(f"not a Redis URL: scheme {scheme!r}")
+    cluster = scheme.endswith("+cluster")
+    ours: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in ("prefix", "result_ttl", "failed_ttl", "retry_for", "socket_timeout"):
+            ours[name] = value
+        else:
+            theirs.append((name, value))
+    client_scheme = "rediss" if scheme.startswith("rediss") else "redis"
+    client_url = urlunsplit(parts._replace(scheme=client_scheme, query=urlencode(theirs)))
+    return Settings(
+        client_url=client_url,
+        cluster=cluster,
+        prefix=ours.get("prefix", DEFAULT_PREFIX),
+        result_ttl=_seconds("result_ttl", ours.get("result_ttl", str(DEFAULT_RESULT_TTL))),
+        failed_ttl=_seconds("failed_ttl", ours.get("failed_ttl", str(DEFAULT_FAILED_TTL))),
+        retry_for=_seconds("retry_for", ours.get("retry_for", str(DEFAULT_RETRY_FOR))),
+        socket_timeout=_seconds(
+            "socket_timeout", ours.get("socket_timeout", str(DEFAULT_SOCKET_TIMEOUT))
+        ),
+    )
+
+
+def make_client(settings: Settings, decode: bool = True) -> Any:
+    """A thread-safe redis-py client (hiredis parses replies when it is installed).
+
+    redis-py retries a command a few times over fresh connections (a killed connection costs
+    one retry); :func:`call` waits out longer outages such as a restart.
+    """
+    options: dict[str, Any] = {
+        "decode_responses": decode,
+        "socket_timeout": settings.socket_timeout,
+        "socket_connect_timeout": 5.0,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 3),
+    }
+    if settings.cluster:
+        options.pop("health_check_interval")
+        return redis.cluster.RedisCluster.from_url(settings.client_url, **options)
+    return redis.Redis.from_url(settings.client_url, **options)
+
+
+def call(fn: Callable[[], T], retry_for: float, closed: Callable[[], bool]) -> T:
+    """Run ``fn``, retrying with capped exponential backoff while Redis is unreachable, for up
+    to ``retry_for`` seconds. A retried write may have been applied before its reply was lost:
+    jobs are at-least-once, and a settled outcome seen again is reported as stale, not redone."""
+    delay = 0.02
+    deadline: float | None = None
+    while True:
+        try:
+            return fn()
+        except TRANSIENT as exc:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + retry_for
+            if closed() or now >= deadline:
+                raise
+            log.warning(
+                "redis unreachable (%s: %s); retrying in %.2fs", type(exc).__name__, exc, delay
+            )
+            time.sleep(min(delay, max(deadline - now, 0.0)))
+            delay = min(delay * 2, 1.0)
+
+
+class Scripts:
+    """The Lua scripts, read once from ``scripts/*.lua`` and run with EVALSHA.
+
+    redis-py's Script loads a script again after NOSCRIPT (a restarted or failed-over server
+    starts with an empty script cache). Job scripts get ``_lib.lua`` prepended.
+    """
+
+    def __init__(self, client: Any) -> None:
+        folder = resources.files(__package__).joinpath("scripts")
+        lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
+        self._scripts: dict[str, Script] = {}
+        for name in SCRIPT_NAMES:
+            text = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+            if not name.startswith("list_"):
+                text = lib + "\n" + text
+            self._scripts[name] = client.register_script(text)
+
+    def __getitem__(self, name: str) -> Script:
+        return self._scripts[name]

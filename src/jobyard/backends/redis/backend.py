@@ -1,0 +1,636 @@
+"""The Redis backend: ``redis://``, ``rediss://`` and ``redis+cluster://``.
+
+Every state change is one Lua script (``scripts/*.lua``, loaded once, run with EVALSHA) over the
+keys of ``keys.py``. All keys of a queue share the hash tag ``{prefix:queue}``, so on Redis Cluster
+a queue lives on one slot and its scripts run on one node. On a single node a call covers every
+queue it names in one round trip; on Cluster it becomes one script per queue, and the global keys
+(job sequence, queue registry, wake lists, workers) are reached in calls of their own.
+
+Delivery. A claim moves each job out of its queue's ready set into the claims set scored by lease
+expiry, with a fresh fencing token, in one script; an acknowledgement checks the token and removes
+the claim; a heartbeat pushes the score forward; the watchdog (:meth:`RedisBackend.leases_reap`)
+returns every claim whose lease lapsed to the queue, the attempt counted. That is seed 003's
+reliable queue (BLMOVE to a processing list, a recovery zset, min_idle = the lease), with the
+processing list and the recovery set folded into one sorted set.
+
+``delivery="at_most_once"`` jobs are claimed the same way, so they leave the queue before their
+handler runs (seed 003's simple queue). The trade-off: a worker that dies mid-handler loses the job.
+The watchdog never runs it again; it marks it failed with ``AT_MOST_ONCE_LOST_ERROR`` so the loss
+is visible rather than silent. Choose it for work where a repeat costs more than a miss (a cache
+warm-up, a notification that must not arrive twice).
+
+Time is Redis's ``TIME`` unless the App's clock is frozen, in which case the frozen instant travels
+into each script as ``ARGV[1]``.
+
+Retention: completed jobs (and results) expire ``result_ttl`` seconds after they finish (URL
+``?result_ttl=``, default a week); failed and cancelled jobs are kept until purged unless
+``?failed_ttl=`` is set. Other URL options: ``prefix`` (key prefix, default ``jobyard``),
+``retry_for`` (seconds to keep retrying while Redis is unreachable, default 20) and
+``socket_timeout`` (default 30); anything else goes to redis-py.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+from ...clock import Clock
+from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound, QueueFull
+from .. import mask_url
+from ..base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    DEFAULT_MAX_ATTEMPTS,
+    LEASE_LOST_ERROR,
+    STATUSES,
+    ClaimedJob,
+    Delivery,
+    Inserted,
+    JobRecord,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    JobsPurgeParams,
+    JobsWaitParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    NewJob,
+    QueueConfig,
+    QueueStats,
+    Reaped,
+    StatsParams,
+    WorkerInfo,
+    WorkersBeatParams,
+)
+from ._connection import TRANSIENT, Scripts, call, make_client, parse_url
+from .keys import QUEUE_RE, Keys, parse_job_id
+from .keys import job_id as make_id
+
+T = TypeVar("T")
+FINISHED = ("completed", "failed", "cancelled")
+PURGE_BATCH = 1000
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _opt_float(value: str | None) -> float | None:
+    return None if value is None or value == "" else float(value)
+
+
+def _record(queue: str, number: str, h: dict[str, str]) -> JobRecord:
+    return JobRecord(
+        id=make_id(queue, number),
+        name=h.get("name", ""),
+        queue=queue,
+        payload=h.get("payload", ""),
+        status=h.get("status", "pending"),
+        priority=int(h.get("priority", "0")),
+        attempts=int(h.get("attempts", "0")),
+        max_attempts=int(h.get("max_attempts", str(DEFAULT_MAX_ATTEMPTS))),
+        run_at=float(h.get("run_at", "0")),
+        created_at=float(h.get("created_at", "0")),
+        started_at=_opt_float(h.get("started_at")),
+        finished_at=_opt_float(h.get("finished_at")),
+        worker_id=h.get("worker_id"),
+        result=h.get("result"),
+        error=h.get("error"),
+        parent_id=h.get("parent_id"),
+        idempotency_key=h.get("idempotency_key"),
+        delivery=cast(Delivery, h.get("delivery", "at_least_once")),
+    )
+
+
+def _pairs(flat: Sequence[str]) -> dict[str, str]:
+    return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+class RedisBackend:
+    """The Backend protocol on Redis or Redis Cluster (see the module docstring)."""
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.clock = clock
+        self.url = mask_url(url)
+        self.settings = parse_url(url)
+        self.cluster = self.settings.cluster
+        self.keys = Keys(self.settings.prefix)
+        self.client: Any = make_client(self.settings)
+        self.scripts = Scripts(self.client)
+        self._closed = False
+        self._binary: Any = None
+        self._lock = threading.Lock()
+
+    # plumbing ---------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        return call(fn, self.settings.retry_for, lambda: self._closed)
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = self.scripts[name]
+        return self._call(lambda: script(keys=keys, args=args, client=self.client))
+
+    def _now(self) -> str:
+        now = self.clock.now()
+        return "" if now is None else repr(float(now))
+
+    def _slices(self, queues: Sequence[str]) -> list[list[str]]:
+        """Queues per script call: all at once on one node, one at a time on Cluster."""
+        names = list(dict.fromkeys(queues))
+        if not names:
+            return []
+        return [[q] for q in names] if self.cluster else [names]
+
+    def _group_keys(self, queues: Sequence[str]) -> list[str]:
+        return [key for q in queues for key in self.keys.queue(q)]
+
+    def _known_queues(self) -> list[str]:
+        return sorted(self._call(lambda: self.client.smembers(self.keys.queues)))
+
+    def _wake_after(self, counts: dict[str, int]) -> None:
+        """Cluster only: the scripts could not reach the wake lists (another slot)."""
+        due = {q: c for q, c in counts.items() if c > 0}
+        if due:
+            keys = [self.keys.wake(q) for q in due]
+            self._run("wake", keys, [str(c) for c in due.values()])
+
+    def binary_client(self) -> Any:
+        """A client that returns bytes, for entries other programs wrote (maybe not UTF-8)."""
+        with self._lock:
+            if self._binary is None:
+                self._binary = make_client(self.settings, decode=False)
+            return self._binary
+
+    def retrying(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (a call on one of this backend's clients) through connection outages."""
+        return self._call(fn)
+
+    # schema -----------------------------------------------------------------------------------
+
+    def schema_migrate(self) -> list[str]:
+        """Redis has no schema: nothing to apply."""
+        return []
+
+    def schema_check(self) -> None:
+        """Redis has no schema: always current."""
+
+    # producer side ----------------------------------------------------------------------------
+
+    def jobs_insert(
+        self, params: JobsInsertParams, *, queue_ttl: float | None = None
+    ) -> list[Inserted]:
+        """Insert all or nothing (one script; on Cluster one per queue, see below).
+
+        ``queue_ttl`` (seconds; not part of the protocol) re-arms an expiry on each queue named:
+        a queue nobody pushes to for that long lapses with the pending jobs it holds (seed 003's
+        ``list::Publish`` ttl). Stream consumers use it for their reply queue.
+
+        On Cluster a batch spanning several queues is checked against every queue's max_pending
+        first, then written queue by queue: a concurrent insert between the two can still make a
+        later queue refuse its part.
+        """
+        if params.connection is not None:
+            raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
+        jobs = list(params.jobs)
+        if not jobs:
+            return []
+        queues = list(dict.fromkeys(j.queue for j in jobs))
+        for q in queues:
+            if not QUEUE_RE.match(q):
+                raise ConfigurationError(f"invalid queue name {q!r}")
+        ttl_ms = "" if queue_ttl is None else str(max(int(queue_ttl * 1000), 1))
+        if not self.cluster:
+            reply = self._insert(queues, jobs, "", ttl_ms, dry=False)
+            return [Inserted(make_id(j.queue, n), c) for j, (n, c) in zip(jobs, reply, strict=True)]
+        if len(queues) > 1:
+            for q in queues:
+                self._insert([q], [j for j in jobs if j.queue == q], "1", ttl_ms, dry=True)
+        first = int(
+            self._run("seq_take", [self.keys.seq, self.keys.queues], [str(len(jobs)), *queues])
+        )
+        out: list[Inserted | None] = [None] * len(jobs)
+        created: dict[str, int] = {}
+        for q in queues:
+            positions = [i for i, j in enumerate(jobs) if j.queue == q]
+            reply = self._insert([q], [jobs[i] for i in positions], str(first), ttl_ms, dry=False)
+            first += len(positions)
+            created[q] = sum(c for _, c in reply)
+            for i, (n, c) in zip(positions, reply, strict=True):
+                out[i] = Inserted(make_id(q, n), c)
+        self._wake_after(created)
+        return [i for i in out if i is not None]
+
+    def _insert(
+        self, queues: list[str], jobs: list[NewJob], seq: str, ttl_ms: str, dry: bool
+    ) -> list[tuple[str, bool]]:
+        group = {q: g for g, q in enumerate(queues, 1)}
+        rows = [
+            [
+                group[j.queue],
+                j.name,
+                j.payload,
+                int(j.priority),
+                float(j.delay),
+                None if j.run_at is None else float(j.run_at),
+                j.max_attempts,
+                j.backoff,
+                None if j.timeout is None else float(j.timeout),
+                float(j.lease),
+                j.delivery,
+                j.idempotency_key,
+                j.parent_id,
+            ]
+            for j in jobs
+        ]
+        keys = self._group_keys(queues)
+        if not seq:  # one node: the global keys ride along
+            keys += [self.keys.seq, self.keys.queues, *(self.keys.wake(q) for q in queues)]
+        args = [
+            self._now(),
+            _dumps(queues),
+            seq,
+            "" if seq else "1",
+            ttl_ms,
+            "1" if dry else "",
+            str(DEFAULT_MAX_ATTEMPTS),
+            _dumps(rows),
+        ]
+        reply = self._run("jobs_insert", keys, args)
+        if reply[0] == "full":
+            raise QueueFull(reply[1], int(reply[2]))
+        return [(reply[i], reply[i + 1] == 1) for i in range(1, len(reply), 2)]
+
+    def jobs_get(self, job_id: str) -> JobRecord | None:
+        """One job (an id that is not ours: ``None``)."""
+        parsed = parse_job_id(job_id)
+        if parsed is None:
+            return None
+        queue, n = parsed
+        h = self._call(lambda: self.client.hgetall(self.keys.job(queue, n)))
+        return _record(queue, n, h) if h else None
+
+    def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
+        """Newest first (by job number, which is enqueue order across every queue)."""
+        if params.status is not None and params.status not in STATUSES:
+            raise ValueError(f"unknown status {params.status!r}: use one of {', '.join(STATUSES)}")
+        if params.queue is not None:
+            queues = [params.queue] if QUEUE_RE.match(params.queue) else []
+        else:
+            queues = self._known_queues()
+        found: list[JobRecord] = []
+        for names in self._slices(queues):
+            one_call = len(names) == len(queues)
+            offset, limit = (params.offset, params.limit) if one_call else (0, params.offset + params.limit)
+            args = [str(len(names)), params.status or "", params.name or "", str(offset), str(limit)]
+            for row in self._run("jobs_list", self._group_keys(names), args):
+                found.append(_record(names[int(row[0]) - 1], row[1], _pairs(row[2:])))
+            if one_call:
+                return found
+        found.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]), reverse=True)
+        return found[params.offset : params.offset + params.limit]
+
+    def _locate(self, job_id: str) -> tuple[str, str]:
+        parsed = parse_job_id(job_id)
+        if parsed is None:
+            raise JobNotFound(job_id)
+        return parsed
+
+    def jobs_cancel(self, job_id: str) -> JobRecord:
+        """Pending -> cancelled."""
+        queue, n = self._locate(job_id)
+        args = [self._now(), n, str(int(self.settings.failed_ttl))]
+        reply = self._run("jobs_cancel", self.keys.queue(queue), args)
+        if reply[0] == "missing":
+            raise JobNotFound(job_id)
+        if reply[0] == "status":
+            raise InvalidTransition(f"job {job_id} is {reply[1]}: only pending jobs cancel")
+        return _record(queue, n, _pairs(reply[1:]))
+
+    def jobs_retry(self, job_id: str) -> JobRecord:
+        """Failed or cancelled -> pending, attempts reset."""
+        queue, n = self._locate(job_id)
+        keys = self.keys.queue(queue)
+        if not self.cluster:
+            keys.append(self.keys.wake(queue))
+        reply = self._run("jobs_retry", keys, [self._now(), n, "" if self.cluster else "1"])
+        if reply[0] == "missing":
+            raise JobNotFound(job_id)
+        if reply[0] == "status":
+            raise InvalidTransition(
+                f"job {job_id} is {reply[1]}: only failed or cancelled jobs retry"
+            )
+        if reply[0] == "dup":
+            raise DuplicateJob(
+                f"job {make_id(queue, reply[1])} holds the idempotency key of job {job_id} already"
+            )
+        if self.cluster:
+            self._wake_after({queue: 1})
+        return _record(queue, n, _pairs(reply[1:]))
+
+    def jobs_purge(self, params: JobsPurgeParams) -> int:
+        """Delete finished jobs whose finished_at <= now - older_than."""
+        bad = sorted(set(params.statuses) - set(FINISHED))
+        if bad:
+            raise ValueError(f"only finished jobs can be purged, not {bad}")
+        if not params.statuses:
+            return 0
+        if params.queue is not None:
+            queues = [params.queue] if QUEUE_RE.match(params.queue) else []
+        else:
+            queues = self._known_queues()
+        now = self._now()  # one cutoff for every batch and queue
+        total = 0
+        for names in self._slices(queues):
+            keys = self._group_keys(names)
+            args = [now, str(len(names)), repr(float(params.older_than)), str(PURGE_BATCH)]
+            while True:
+                deleted = int(self._run("jobs_purge", keys, [*args, *params.statuses]))
+                total += deleted
+                if deleted < PURGE_BATCH:
+                    break
+        return total
+
+    # worker side ------------------------------------------------------------------------------
+
+    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+        """Claim due jobs in priority, run_at, enqueue order (one script on one node).
+
+        On Cluster with several queues each queue is a script of its own, so the claim first
+        peeks at every queue's best candidates, then takes from each its share of the best
+        ``limit``: the order holds across queues, though not atomically across them.
+        """
+        queues = list(dict.fromkeys(params.queues))
+        if not queues or params.limit <= 0:
+            return []
+        if not self.cluster or len(queues) == 1:
+            return self._claim(queues, params.worker_id, params.limit)
+        candidates: list[tuple[int, float, int, str]] = []
+        for q in queues:
+            reply = self._claim_call([q], params.worker_id, params.limit, peek=True)
+            for i in range(0, len(reply), 4):
+                candidates.append((-int(reply[i + 1]), float(reply[i + 2]), int(reply[i + 3]), q))
+        candidates.sort()
+        best = candidates[: params.limit]
+        share = Counter(q for *_, q in best)
+        rank = {(q, n): i for i, (_, _, n, q) in enumerate(best)}
+        claimed: list[ClaimedJob] = []
+        for q in queues:
+            if share[q]:
+                claimed += self._claim([q], params.worker_id, share[q])
+        claimed.sort(key=lambda c: rank.get((c.queue, int(c.id.rsplit(":", 1)[1])), len(rank)))
+        return claimed
+
+    def _claim_call(self, queues: list[str], worker: str, limit: int, peek: bool) -> Any:
+        args = [
+            self._now(),
+            str(len(queues)),
+            str(limit),
+            worker,
+            secrets.token_hex(8),
+            "1" if peek else "",
+        ]
+        return self._run("jobs_claim", self._group_keys(queues), args)
+
+    def _claim(self, queues: list[str], worker: str, limit: int) -> list[ClaimedJob]:
+        r = self._claim_call(queues, worker, limit, peek=False)
+        out = []
+        for i in range(0, len(r), 12):
+            queue = queues[int(r[i]) - 1]
+            out.append(
+                ClaimedJob(
+                    id=make_id(queue, r[i + 1]),
+                    name=r[i + 2],
+                    queue=queue,
+                    payload=r[i + 3],
+                    attempts=int(r[i + 4]),
+                    max_attempts=int(r[i + 5]),
+                    backoff=r[i + 6] or None,
+                    timeout=_opt_float(r[i + 7]),
+                    lease=float(r[i + 8]),
+                    token=r[i + 9],
+                    delivery=cast(Delivery, r[i + 10]),
+                    parent_id=r[i + 11] or None,
+                )
+            )
+        return out
+
+    def _fenced(
+        self, script: str, ids: Sequence[str], item: Callable[[int, str, int], list[Any]], *head: str
+    ) -> list[str]:
+        """Run a token-fenced batch script (ack, renew) and return the ids it refused.
+
+        ``item(g, number, position)`` builds the JSON entry of one job; ids that are not ours are
+        refused without a call.
+        """
+        refused: set[int] = set()
+        by_queue: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for pos, jid in enumerate(ids):
+            parsed = parse_job_id(jid)
+            if parsed is None:
+                refused.add(pos)
+            else:
+                by_queue[parsed[0]].append((pos, parsed[1]))
+        for names in self._slices(list(by_queue)):
+            order: list[int] = []
+            items = []
+            for g, q in enumerate(names, 1):
+                for pos, n in by_queue[q]:
+                    order.append(pos)
+                    items.append(item(g, n, pos))
+            reply = self._run(script, self._group_keys(names), [self._now(), *head, _dumps(items)])
+            refused.update(order[int(i) - 1] for i in reply)
+        return [ids[pos] for pos in sorted(refused)]
+
+    def jobs_ack(self, params: JobsAckParams) -> list[str]:
+        """Apply outcomes whose token still matches; return the refused (stale) ids."""
+        if params.connection is not None:
+            raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
+        outcomes = list(params.outcomes)
+        if not outcomes:
+            return []
+
+        def item(g: int, n: str, pos: int) -> list[Any]:
+            o = outcomes[pos]
+            return [g, n, o.token, o.kind, o.result, o.error, float(o.delay)]
+
+        ttl = (str(int(self.settings.result_ttl)), str(int(self.settings.failed_ttl)))
+        return self._fenced("jobs_ack", [o.id for o in outcomes], item, *ttl)
+
+    def jobs_wait(self, params: JobsWaitParams) -> bool:
+        """Block on the queues' wake lists (BLPOP) until an insert pushes a token or the timeout.
+
+        All wake lists sit on the ``{prefix}`` tag, so one BLPOP covers every queue even on
+        Cluster. Waits longer than the socket timeout end early (False), which is allowed.
+        """
+        keys = [self.keys.wake(q) for q in dict.fromkeys(params.queues)]
+        if not keys:
+            return False
+        if params.timeout <= 0:
+            return any(self.client.lpop(k) is not None for k in keys)
+        block = min(params.timeout, max(self.settings.socket_timeout - 1.0, 0.1))
+        try:
+            return self.client.blpop(keys, timeout=block) is not None
+        except TRANSIENT:
+            if self._closed:
+                return False
+            raise
+
+    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
+        """Push leases forward; return the ids whose lease was lost."""
+        jobs = list(params.jobs)
+        if not jobs:
+            return []
+
+        def item(g: int, n: str, pos: int) -> list[Any]:
+            return [g, n, jobs[pos][1]]
+
+        return self._fenced("leases_renew", [j for j, _ in jobs], item)
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """The watchdog: recover lapsed leases in every queue; also applies retention."""
+        out: list[Reaped] = []
+        left = params.limit
+        for names in self._slices(self._known_queues()):
+            keys = self._group_keys(names)
+            if not self.cluster:
+                keys += [self.keys.wake(q) for q in names]
+            args = [
+                self._now(),
+                str(len(names)),
+                str(max(left, 0)),
+                str(int(self.settings.result_ttl)),
+                str(int(self.settings.failed_ttl)),
+                LEASE_LOST_ERROR,
+                AT_MOST_ONCE_LOST_ERROR,
+                "" if self.cluster else "1",
+            ]
+            reply = self._run("leases_reap", keys, args)
+            requeued: Counter[str] = Counter()
+            for i in range(0, len(reply), 3):
+                queue = names[int(reply[i]) - 1]
+                out.append(Reaped(make_id(queue, reply[i + 1]), reply[i + 2]))
+                requeued[queue] += reply[i + 2] == "pending"
+            left = params.limit - len(out)
+            if self.cluster:
+                self._wake_after(dict(requeued))
+        return out
+
+    # queues, workers, stats -------------------------------------------------------------------
+
+    def queues_configure(self, config: QueueConfig) -> None:
+        """Create or replace a queue's settings."""
+        if not QUEUE_RE.match(config.name):
+            raise ConfigurationError(f"invalid queue name {config.name!r}")
+        settings = {
+            "max_concurrency": config.max_concurrency,
+            "max_attempts": config.max_attempts,
+            "backoff": config.backoff,
+            "max_pending": config.max_pending,
+            "paused": "1" if config.paused else None,
+        }
+        self._run("queues_configure", self.keys.queue(config.name), [config.name, _dumps(settings)])
+        self._call(lambda: self.client.sadd(self.keys.queues, config.name))
+
+    def queues_list(self) -> list[QueueConfig]:
+        """Every configured queue, by name."""
+        names = self._known_queues()
+        if not names:
+            return []
+
+        def fetch() -> list[dict[str, str]]:
+            pipe = self.client.pipeline(transaction=False)
+            for q in names:
+                pipe.hgetall(self.keys.queue(q)[0])
+            return cast(list[dict[str, str]], pipe.execute())
+
+        out = []
+        for q, h in zip(names, self._call(fetch), strict=True):
+            if not h:
+                continue
+            out.append(
+                QueueConfig(
+                    name=q,
+                    max_concurrency=int(h["max_concurrency"]) if "max_concurrency" in h else None,
+                    max_attempts=int(h["max_attempts"]) if "max_attempts" in h else None,
+                    backoff=h.get("backoff"),
+                    max_pending=int(h["max_pending"]) if "max_pending" in h else None,
+                    paused=h.get("paused") == "1",
+                )
+            )
+        return out
+
+    def workers_beat(self, params: WorkersBeatParams) -> None:
+        """Register, refresh or remove a worker; forget the silent ones."""
+        w = params.worker
+        info = _dumps(
+            {
+                "host": w.host,
+                "pid": w.pid,
+                "queues": list(w.queues),
+                "concurrency": w.concurrency,
+                "started_at": w.started_at,
+            }
+        )
+        args = [
+            self._now(),
+            w.id,
+            info,
+            "1" if params.stopping else "",
+            repr(float(params.forget_after)),
+        ]
+        self._run("workers_beat", [self.keys.workers, self.keys.workers_info], args)
+
+    def workers_list(self) -> list[WorkerInfo]:
+        """Registered workers, oldest first."""
+        reply = self._run("workers_list", [self.keys.workers, self.keys.workers_info], [])
+        out = []
+        for i in range(0, len(reply), 3):
+            info = json.loads(reply[i + 2])
+            out.append(
+                WorkerInfo(
+                    id=reply[i],
+                    host=info["host"],
+                    pid=int(info["pid"]),
+                    queues=tuple(info["queues"]),
+                    concurrency=int(info["concurrency"]),
+                    started_at=float(info["started_at"]),
+                    last_seen=float(reply[i + 1]),
+                )
+            )
+        out.sort(key=lambda w: w.started_at)
+        return out
+
+    def stats_get(self, params: StatsParams) -> list[QueueStats]:
+        """Counts by status for each queue that has jobs or a configuration."""
+        names = self._known_queues()
+        if params.queues:
+            wanted = set(params.queues)
+            names = [q for q in names if q in wanted]
+        out = []
+        for batch in self._slices(names):
+            reply = self._run("stats_get", self._group_keys(batch), [self._now(), str(len(batch))])
+            for g, q in enumerate(batch):
+                row = [int(v) for v in reply[g * 7 : g * 7 + 7]]
+                if not any(row[:5]) and not row[6]:
+                    continue
+                counts = dict(zip(STATUSES, row[:5], strict=True))
+                out.append(QueueStats(q, counts, row[5]))
+        out.sort(key=lambda s: s.queue)
+        return out
+
+    def close(self) -> None:
+        """Close the connection pools (safe to call twice)."""
+        self._closed = True
+        with self._lock:
+            clients = [self.client, self._binary]
+            self._binary = None
+        for client in clients:
+            if client is not None:
+                client.close()
+
+    def __repr__(self) -> str:
+        return f"RedisBackend({self.url!r})"

@@ -1,0 +1,132 @@
+"""Every Redis key jobyard uses, and the form of a job id.
+
+Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
+
+    {P}:seq                  string  job numbers, INCRBY (one sequence for every queue)
+    {P}:queues               set     every queue that was ever written to or configured
+    {P}:wake:<queue>         list    wake tokens: inserts LPUSH, waiting workers BLPOP
+    {P}:workers              zset    worker id -> last_seen
+    {P}:workers:info         hash    worker id -> WorkerInfo as JSON
+
+    {P:<queue>}:config       hash    the queue's settings
+    {P:<queue>}:prios        zset    priority levels that hold pending jobs
+    {P:<queue>}:ready:<prio> zset    pending jobs of one priority, score run_at, member the
+                                     zero-padded job number (ties fall back to enqueue order)
+    {P:<queue>}:claims       zset    running jobs, score lease expiry: the watchdog's set
+    {P:<queue>}:<state>      zset    pending/completed/failed/cancelled, score job number
+    {P:<queue>}:done:<state> zset    completed/failed/cancelled, score finished_at
+    {P:<queue>}:idem         hash    idempotency key -> number of the job holding it
+    {P:<queue>}:ttl          string  the queue's time to live (ms) when fed with one
+    {P:<queue>}:alive        string  expires ttl ms after the last push
+    {P:<queue>}:job:<n>      hash    one job
+
+Everything of one queue shares the hash tag ``{P:<queue>}``, so on Redis Cluster a queue lives on
+one slot and each state change is one Lua script on one node. The global keys share the tag
+``{P}``; a Cluster script never mixes the two (the backend makes a second call instead).
+
+A job id is ``<queue>:<n>``: the queue tells which slot holds the job (no lookup, no index to keep
+in step), and ``n`` comes from the one global sequence, so ids of every queue are ordered by
+enqueue time. Queue names may hold ``:``; the number never does, so the last ``:`` splits them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...errors import ConfigurationError
+
+QUEUE_KEY_SUFFIXES: tuple[str, ...] = (
+    "config",
+    "prios",
+    "claims",
+    "pending",
+    "completed",
+    "failed",
+    "cancelled",
+    "done:completed",
+    "done:failed",
+    "done:cancelled",
+    "idem",
+    "ttl",
+    "alive",
+)
+"""The keys of one queue, in the order every job script receives them (see ``_lib.lua``)."""
+
+PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")  # job.NAME_RE: no braces, no spaces
+JOB_ID_RE = re.compile(r"^([A-Za-z0-9_.:-]{1,100}):([1-9][0-9]{0,17})$")
+
+
+class Keys:
+    """Key names for one prefix."""
+
+    __slots__ = ("prefix", "queues", "seq", "workers", "workers_info")
+
+    def __init__(self, prefix: str) -> None:
+        if not PREFIX_RE.match(prefix):
+            raise ConfigurationError(
+                f"invalid Redis key prefix {prefix!r}: use 1 to 100 of A-Z a-z 0-9 _ . : -"
+            )
+        self.prefix = prefix
+        g = "{" + prefix + "}"
+        self.seq = f"{g}:seq"
+        self.queues = f"{g}:queues"
+        self.workers = f"{g}:workers"
+        self.workers_info = f"{g}:workers:info"
+
+    def wake(self, queue: str) -> str:
+        """The wake list of a queue (on the global tag, so one BLPOP covers many queues)."""
+        return "{" + self.prefix + "}:wake:" + queue
+
+    def tag(self, queue: str) -> str:
+        """The hash tag every key of ``queue`` carries."""
+        return "{" + self.prefix + ":" + queue + "}"
+
+    def queue(self, queue: str) -> list[str]:
+        """The 13 keys of a queue, in ``QUEUE_KEY_SUFFIXES`` order."""
+        base = self.tag(queue) + ":"
+        return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
+
+    def job(self, queue: str, number: str) -> str:
+        """The hash of one job."""
+        return f"{self.tag(queue)}:job:{number}"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of this prefix (global and per queue)."""
+        return "{" + _glob_escape(self.prefix) + "[:}]*"
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def job_id(queue: str, number: str) -> str:
+    """The public id of job ``number`` of ``queue``."""
+    return f"{queue}:{number}"
+
+
+def parse_job_id(value: str) -> tuple[str, str] | None:
+    """``(queue, number)`` of a job id, or ``None`` if it is not one of ours."""
+    if not isinstance(value, str):
+        return None
+    m = JOB_ID_RE.match(value)
+    return None if m is None else (m.group(1), m.group(2))
+
+
+# Consumers of lists and streams written by other programs use the user's own key names; the
+# keys they add sit next to them with a suffix, as seed 003 names them.
+
+
+def processing_key(key: str) -> str:
+    """Where a reliable list consumer keeps entries while a handler runs."""
+    return key + ".processing"
+
+
+def claims_key(key: str) -> str:
+    """A reliable list's recovery set: entry -> time taken (ms)."""
+    return key + ".claims"
+
+
+def dead_key(key: str) -> str:
+    """Where dropped and undecodable entries go, so none is lost silently."""
+    return key + ".dead"

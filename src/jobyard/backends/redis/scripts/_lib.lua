@@ -1,0 +1,153 @@
+-- _lib.lua: helpers prepended to every jobyard job script. Not an operation of its own.
+--
+-- A queue's keys arrive as a group of 13 KEYS, in the order of keys.QUEUE_KEY_SUFFIXES:
+--   1 config          hash: the queue's settings (queues_configure)
+--   2 prios           zset: priority levels that may hold pending jobs (score = priority)
+--   3 claims          zset: running job numbers, score = lease expiry (the watchdog's set)
+--   4 pending         zset: pending job numbers, score = number (listing, counting)
+--   5 completed       zset: completed job numbers, score = number
+--   6 failed          zset: failed job numbers, score = number
+--   7 cancelled       zset: cancelled job numbers, score = number
+--   8 done:completed  zset: completed job numbers, score = finished_at (purge, retention)
+--   9 done:failed     zset: failed job numbers, score = finished_at
+--  10 done:cancelled  zset: cancelled job numbers, score = finished_at
+--  11 idem            hash: idempotency key -> number of the pending or running job holding it
+--  12 ttl             string: the queue's time to live in ms, when it was fed with one
+--  13 alive           string: expires ttl ms after the last push; gone = the queue lapsed
+--
+-- Keys built inside a script -- a job's hash "<base>job:<n>" and a priority level's ready set
+-- "<base>ready:<p>" (score = run_at, member = the zero-padded number, so equal run_at values
+-- fall back to enqueue order) -- carry the same hash tag "{prefix:queue}" as the declared keys,
+-- so on Redis Cluster they live on the declared keys' slot and the script stays on one node.
+--
+-- Times are epoch seconds as doubles. Numbers handed to redis.call are formatted by Redis
+-- exactly (17 significant digits); tostring() would round to 14, so floats go back to the
+-- client through fmt().
+
+local NQ = 13
+
+local function now_from(arg)
+  if arg ~= nil and arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function fmt(x)
+  return string.format('%.17g', x)
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- cjson decodes JSON null to a sentinel, never to nil
+local function nz(v)
+  if v == nil or v == cjson.null then
+    return nil
+  end
+  return v
+end
+
+local function queue_keys(g)
+  local b = (g - 1) * NQ
+  local k = {
+    config = KEYS[b + 1], prios = KEYS[b + 2], claims = KEYS[b + 3], pending = KEYS[b + 4],
+    completed = KEYS[b + 5], failed = KEYS[b + 6], cancelled = KEYS[b + 7],
+    done_completed = KEYS[b + 8], done_failed = KEYS[b + 9], done_cancelled = KEYS[b + 10],
+    idem = KEYS[b + 11], ttl = KEYS[b + 12], alive = KEYS[b + 13],
+  }
+  k.base = string.sub(k.config, 1, -7) -- strip "config": "{prefix:queue}:"
+  k.running = k.claims
+  return k
+end
+
+local function job_key(k, n)
+  return k.base .. 'job:' .. n
+end
+
+local function pad(n)
+  return string.rep('0', 20 - #n) .. n
+end
+
+local function unpad(m)
+  return (string.gsub(m, '^0+', ''))
+end
+
+-- A pending job is findable by the claim (its priority level, by run_at) and by listing.
+local function to_ready(k, n, prio, run_at)
+  redis.call('ZADD', k.base .. 'ready:' .. prio, run_at, pad(n))
+  redis.call('ZADD', k.prios, prio, prio)
+  redis.call('ZADD', k.pending, n, n)
+end
+
+local function from_ready(k, n, prio)
+  local level = k.base .. 'ready:' .. prio
+  redis.call('ZREM', level, pad(n))
+  if redis.call('EXISTS', level) == 0 then
+    redis.call('ZREM', k.prios, prio)
+  end
+  redis.call('ZREM', k.pending, n)
+end
+
+-- An idempotency key is held only while its job is pending or running (seed 001).
+local function release_idem(k, jk, n)
+  local key = redis.call('HGET', jk, 'idempotency_key')
+  if key and redis.call('HGET', k.idem, key) == n then
+    redis.call('HDEL', k.idem, key)
+  end
+end
+
+-- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept).
+local function to_finished(k, jk, n, status, now, ttl)
+  redis.call('ZADD', k[status], n, n)
+  redis.call('ZADD', k['done_' .. status], now, n)
+  release_idem(k, jk, n)
+  if ttl > 0 then
+    redis.call('EXPIRE', jk, ttl)
+  end
+end
+
+local function from_finished(k, n, status)
+  redis.call('ZREM', k[status], n)
+  redis.call('ZREM', k['done_' .. status], n)
+end
+
+-- A queue fed with a time to live (seed 003's list::Publish ttl) lapses, with the pending jobs
+-- it still holds, once nothing was pushed for that long: "alive" expired, "ttl" is still set.
+local function lapse_if_due(k)
+  if redis.call('EXISTS', k.ttl) == 0 or redis.call('EXISTS', k.alive) == 1 then
+    return 0
+  end
+  local ns = redis.call('ZRANGE', k.pending, 0, -1)
+  for _, n in ipairs(ns) do
+    local jk = job_key(k, n)
+    release_idem(k, jk, n)
+    redis.call('DEL', jk)
+  end
+  for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
+    redis.call('DEL', k.base .. 'ready:' .. p)
+  end
+  redis.call('DEL', k.prios, k.pending, k.ttl)
+  return #ns
+end
+
+-- Wake waiting workers: a few tokens on the queue's wake list (BLPOP), trimmed so that an
+-- unattended list stays small. One token per created job, up to 16, wakes that many workers.
+local function wake(key, count)
+  if count <= 0 then
+    return
+  end
+  local tokens = {}
+  for i = 1, math.min(count, 16) do
+    tokens[i] = '1'
+  end
+  redis.call('LPUSH', key, unpack(tokens))
+  redis.call('LTRIM', key, 0, 15)
+end
+
+local function record(k, n)
+  local h = redis.call('HGETALL', job_key(k, n))
+  return h
+end

@@ -1,0 +1,67 @@
+-- jobs_ack.lua: settle a batch of claimed jobs, each fenced by its lease token.
+--
+-- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept (0: forever)
+--       [3] seconds a failed job is kept (0: forever)
+--       [4] JSON array of outcomes, each [group, number, token, kind, result|null, error|null,
+--           delay]; kind is completed, retry, failed or release
+-- Touches: the settled job hashes; per group the claims set, the ready levels, prios and pending
+--          (retry, release) or a finished state's two indexes and idem (completed, failed).
+-- Returns: the 1-based positions of the outcomes refused because the job was not running with
+--          that token (a stale worker); nothing changed for those.
+
+local now = now_from(ARGV[1])
+local result_ttl = tonumber(ARGV[2])
+local failed_ttl = tonumber(ARGV[3])
+local outcomes = cjson.decode(ARGV[4])
+
+local refused = {}
+local groups = {}
+for i, o in ipairs(outcomes) do
+  local g, n, token, kind = o[1], o[2], o[3], o[4]
+  local k = groups[g]
+  if not k then
+    k = queue_keys(g)
+    groups[g] = k
+  end
+  local jk = job_key(k, n)
+  local cur = redis.call('HMGET', jk, 'status', 'token', 'priority')
+  if cur[1] ~= 'running' or cur[2] ~= token then
+    refused[#refused + 1] = i
+  else
+    redis.call('ZREM', k.claims, n)
+    redis.call('HDEL', jk, 'token', 'lease_expires_at')
+    local result, err = nz(o[5]), nz(o[6])
+    if kind == 'completed' then
+      redis.call('HSET', jk, 'status', 'completed', 'finished_at', now)
+      if result then
+        redis.call('HSET', jk, 'result', result)
+      else
+        redis.call('HDEL', jk, 'result')
+      end
+      to_finished(k, jk, n, 'completed', now, result_ttl)
+    elseif kind == 'failed' then
+      redis.call('HSET', jk, 'status', 'failed', 'finished_at', now)
+      if err then
+        redis.call('HSET', jk, 'error', err)
+      else
+        redis.call('HDEL', jk, 'error')
+      end
+      to_finished(k, jk, n, 'failed', now, failed_ttl)
+    elseif kind == 'retry' then
+      local run_at = now + o[7]
+      redis.call('HSET', jk, 'status', 'pending', 'run_at', run_at)
+      if err then
+        redis.call('HSET', jk, 'error', err)
+      else
+        redis.call('HDEL', jk, 'error')
+      end
+      to_ready(k, n, cur[3], run_at)
+    else -- release: a graceful stop gives the job back; the attempt does not count
+      redis.call('HSET', jk, 'status', 'pending', 'run_at', now)
+      redis.call('HINCRBY', jk, 'attempts', -1)
+      to_ready(k, n, cur[3], now)
+    end
+  end
+end
+return refused

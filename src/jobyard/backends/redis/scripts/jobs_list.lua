@@ -1,0 +1,84 @@
+-- jobs_list.lua: jobs of one or more queues, newest first, filtered by status and name.
+--
+-- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- ARGV: [1] number of groups   [2] status, "" = any   [3] job name, "" = any
+--       [4] offset   [5] limit
+-- Touches: nothing (reads the state indexes and job hashes).
+-- Returns: one array per job: {group, number, field1, value1, ...}.
+--
+-- Each state index is scored by job number, so newest first is a reverse range; a name filter
+-- reads on in chunks until it has offset + limit matches. Entries whose hash has expired
+-- (retention) are skipped until the reaper prunes them.
+
+local ng = tonumber(ARGV[1])
+local status = ARGV[2]
+local name = ARGV[3]
+local offset = tonumber(ARGV[4])
+local limit = tonumber(ARGV[5])
+local want = offset + limit
+local CHUNK = 200
+local STATES = {'pending', 'running', 'completed', 'failed', 'cancelled'}
+
+-- The newest `want` matching numbers of one index, as {n = number, g = group} entries.
+local function newest(k, g, st, found)
+  local key = k[st]
+  local got = 0
+  if st == 'running' then
+    -- claims is scored by lease expiry; it holds no more than the running jobs, so sort here
+    local ns = redis.call('ZRANGE', key, 0, -1)
+    table.sort(ns, function(a, b) return tonumber(a) > tonumber(b) end)
+    for _, n in ipairs(ns) do
+      if got >= want then
+        break
+      end
+      local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
+      if f[1] == st and (name == '' or f[2] == name) then
+        found[#found + 1] = {n = n, g = g}
+        got = got + 1
+      end
+    end
+    return
+  end
+  local start = 0
+  while got < want do
+    local ns = redis.call('ZREVRANGE', key, start, start + CHUNK - 1)
+    if #ns == 0 then
+      break
+    end
+    for _, n in ipairs(ns) do
+      local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
+      if f[1] == st and (name == '' or f[2] == name) then
+        found[#found + 1] = {n = n, g = g}
+        got = got + 1
+        if got >= want then
+          break
+        end
+      end
+    end
+    start = start + CHUNK
+  end
+end
+
+local found = {}
+for g = 1, ng do
+  local k = queue_keys(g)
+  if status == '' then
+    for _, st in ipairs(STATES) do
+      newest(k, g, st, found)
+    end
+  else
+    newest(k, g, status, found)
+  end
+end
+table.sort(found, function(a, b) return tonumber(a.n) > tonumber(b.n) end)
+
+local out = {}
+for i = offset + 1, math.min(want, #found) do
+  local e = found[i]
+  local row = {tostring(e.g), e.n}
+  for _, v in ipairs(redis.call('HGETALL', job_key(queue_keys(e.g), e.n))) do
+    row[#row + 1] = v
+  end
+  out[#out + 1] = row
+end
+return out

@@ -1,0 +1,31 @@
+-- jobs_purge.lua: delete finished jobs that finished at or before a cutoff.
+--
+-- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] older_than seconds
+--       [4] at most this many deletions per call (the caller repeats until fewer come back)
+--       [5..] finished states to purge (completed, failed, cancelled)
+-- Touches: the deleted job hashes and their entries in each state's two indexes.
+-- Returns: the number of jobs deleted.
+
+local now = now_from(ARGV[1])
+local ng = tonumber(ARGV[2])
+local cutoff = now - tonumber(ARGV[3])
+local left = tonumber(ARGV[4])
+local deleted = 0
+for g = 1, ng do
+  local k = queue_keys(g)
+  for i = 5, #ARGV do
+    local st = ARGV[i]
+    if left <= 0 then
+      return deleted
+    end
+    local old = redis.call('ZRANGEBYSCORE', k['done_' .. st], '-inf', cutoff, 'LIMIT', 0, left)
+    for _, n in ipairs(old) do
+      redis.call('DEL', job_key(k, n))
+      from_finished(k, n, st)
+    end
+    deleted = deleted + #old
+    left = left - #old
+  end
+end
+return deleted

@@ -1,0 +1,81 @@
+-- leases_reap.lua: the watchdog. Recover running jobs whose lease lapsed (their worker stopped
+-- renewing it), and apply retention to finished jobs.
+--
+-- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[8] is "1" (a single
+--       Redis node), one wake list per group.
+-- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit (recovered jobs, all groups)
+--       [4] seconds a completed job is kept (0: forever)   [5] seconds a failed or cancelled job
+--       is kept (0: forever)   [6] the lease-lost error   [7] the at-most-once-lost error
+--       [8] "1" = wake lists follow
+-- Touches: per group the claims set and the recovered job hashes: back to pending (ready level,
+--          prios, pending; the attempt stays counted) or failed (at_most_once, or attempts
+--          spent); finished jobs past retention are deleted with their index entries; a lapsed
+--          queue (ttl) drops its pending jobs.
+-- Returns: 3 strings per recovered job: group, number, new status.
+
+local now = now_from(ARGV[1])
+local ng = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local result_ttl = tonumber(ARGV[4])
+local failed_ttl = tonumber(ARGV[5])
+local lost_error = ARGV[6]
+local at_most_once_error = ARGV[7]
+local global = ARGV[8] == '1'
+local PRUNE = 500 -- per group and state per call: retention catches up over a few ticks
+
+local function prune(k, status, ttl)
+  if ttl <= 0 then
+    return
+  end
+  local old = redis.call('ZRANGEBYSCORE', k['done_' .. status], '-inf', now - ttl, 'LIMIT', 0, PRUNE)
+  for _, n in ipairs(old) do
+    redis.call('DEL', job_key(k, n))
+    from_finished(k, n, status)
+  end
+end
+
+local out = {}
+local left = limit
+for g = 1, ng do
+  local k = queue_keys(g)
+  lapse_if_due(k)
+  prune(k, 'completed', result_ttl)
+  prune(k, 'failed', failed_ttl)
+  prune(k, 'cancelled', failed_ttl)
+  local requeued = 0
+  if left > 0 then
+    -- "(" makes the bound exclusive: a lease expiring exactly now is still held
+    local lapsed = redis.call('ZRANGEBYSCORE', k.claims, '-inf', '(' .. fmt(now), 'LIMIT', 0, left)
+    for _, n in ipairs(lapsed) do
+      local jk = job_key(k, n)
+      redis.call('ZREM', k.claims, n)
+      local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority')
+      if f[1] == 'running' then
+        redis.call('HDEL', jk, 'token', 'lease_expires_at')
+        local status
+        if f[2] == 'at_most_once' then
+          status = 'failed'
+          redis.call('HSET', jk, 'status', status, 'error', at_most_once_error, 'finished_at', now)
+          to_finished(k, jk, n, status, now, failed_ttl)
+        elseif tonumber(f[3]) >= tonumber(f[4]) then
+          status = 'failed'
+          redis.call('HSET', jk, 'status', status, 'error', lost_error, 'finished_at', now)
+          to_finished(k, jk, n, status, now, failed_ttl)
+        else
+          status = 'pending'
+          redis.call('HSET', jk, 'status', status, 'error', lost_error, 'run_at', now)
+          to_ready(k, n, f[5], now)
+          requeued = requeued + 1
+        end
+        out[#out + 1] = tostring(g)
+        out[#out + 1] = n
+        out[#out + 1] = status
+        left = left - 1
+      end
+    end
+  end
+  if global then
+    wake(KEYS[ng * NQ + g], requeued)
+  end
+end
+return out

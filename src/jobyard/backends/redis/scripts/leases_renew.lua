@@ -1,0 +1,30 @@
+-- leases_renew.lua: heartbeat: push the lease of each (job, token) to now + that job's lease.
+--
+-- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- ARGV: [1] now, "" = Redis TIME   [2] JSON array of [group, number, token]
+-- Touches: lease_expires_at of the renewed job hashes; their scores in each group's claims set.
+-- Returns: the 1-based positions of the jobs whose lease was lost (not running with that token).
+
+local now = now_from(ARGV[1])
+local items = cjson.decode(ARGV[2])
+
+local lost = {}
+local groups = {}
+for i, it in ipairs(items) do
+  local g, n, token = it[1], it[2], it[3]
+  local k = groups[g]
+  if not k then
+    k = queue_keys(g)
+    groups[g] = k
+  end
+  local jk = job_key(k, n)
+  local cur = redis.call('HMGET', jk, 'status', 'token', 'lease')
+  if cur[1] ~= 'running' or cur[2] ~= token then
+    lost[#lost + 1] = i
+  else
+    local expires = now + tonumber(cur[3])
+    redis.call('HSET', jk, 'lease_expires_at', expires)
+    redis.call('ZADD', k.claims, expires, n)
+  end
+end
+return lost

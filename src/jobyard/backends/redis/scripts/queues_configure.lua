@@ -1,0 +1,21 @@
+-- queues_configure.lua: create or replace one queue's settings.
+--
+-- KEYS: the 13 keys of the queue (see _lib.lua).
+-- ARGV: [1] queue name   [2] JSON object of the settings that are set: max_concurrency,
+--       max_attempts, backoff, max_pending, paused ("1")
+-- Touches: config (deleted and written whole, so an unset option falls back to the default).
+-- Returns: "OK".
+
+local k = queue_keys(1)
+local settings = cjson.decode(ARGV[2])
+local fields = {'name', ARGV[1]}
+for _, f in ipairs({'max_concurrency', 'max_attempts', 'backoff', 'max_pending', 'paused'}) do
+  local v = nz(settings[f])
+  if v ~= nil then
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+end
+redis.call('DEL', k.config)
+redis.call('HSET', k.config, unpack(fields))
+return 'OK'
