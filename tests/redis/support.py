@@ -176,7 +176,7 @@ class Server:
             args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, before exec
+            preexec_fn=_die_with_parent,  # only prctl, before exec
         )
         wait_for(lambda: self.client().ping(), 10, f"redis-server on port {self.port}")
 
@@ -225,9 +225,9 @@ class Cluster:
         ]
         cluster = cls(nodes)
         addresses = [f"{SHARED_HOST}:{p}" for p in cluster.ports]
+        command = ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0"]
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0"]
-            + ["--cluster-yes"],
+            [*command, "--cluster-yes"],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -277,8 +277,8 @@ __all__ = [
     "Cluster",
     "Server",
     "cluster_url",
-    "fresh_url",
     "free_port",
+    "fresh_url",
     "kill_connections",
     "new_prefix",
     "prefix_of",

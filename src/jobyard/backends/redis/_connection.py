@@ -11,12 +11,13 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import redis
 import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
+
+import redis
 
 from ...errors import ConfigurationError
 
@@ -54,6 +55,8 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "wake",
     "workers_beat",
     "workers_list",
+    "schedules_sync",
+    "schedules_fire",
     "list_take",
     "list_settle",
     "list_recover",

@@ -62,10 +62,14 @@ from ..base import (
     QueueConfig,
     QueueStats,
     Reaped,
+    Schedule,
+    SchedulesFireParams,
+    SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
     WorkersBeatParams,
 )
+from . import _schedules
 from ._connection import TRANSIENT, Scripts, call, make_client, parse_url
 from .keys import QUEUE_RE, Keys, parse_job_id
 from .keys import job_id as make_id
@@ -284,8 +288,16 @@ class RedisBackend:
         found: list[JobRecord] = []
         for names in self._slices(queues):
             one_call = len(names) == len(queues)
-            offset, limit = (params.offset, params.limit) if one_call else (0, params.offset + params.limit)
-            args = [str(len(names)), params.status or "", params.name or "", str(offset), str(limit)]
+            offset, limit = (
+                (params.offset, params.limit) if one_call else (0, params.offset + params.limit)
+            )
+            args = [
+                str(len(names)),
+                params.status or "",
+                params.name or "",
+                str(offset),
+                str(limit),
+            ]
             for row in self._run("jobs_list", self._group_keys(names), args):
                 found.append(_record(names[int(row[0]) - 1], row[1], _pairs(row[2:])))
             if one_call:
@@ -419,7 +431,11 @@ class RedisBackend:
         return out
 
     def _fenced(
-        self, script: str, ids: Sequence[str], item: Callable[[int, str, int], list[Any]], *head: str
+        self,
+        script: str,
+        ids: Sequence[str],
+        item: Callable[[int, str, int], list[Any]],
+        *head: str,
     ) -> list[str]:
         """Run a token-fenced batch script (ack, renew) and return the ids it refused.
 
@@ -621,6 +637,28 @@ class RedisBackend:
                 out.append(QueueStats(q, counts, row[5]))
         out.sort(key=lambda s: s.queue)
         return out
+
+    # time and recurring jobs --------------------------------------------------------------------
+
+    def clock_now(self) -> float:
+        """The frozen clock's now, else Redis's ``TIME``."""
+        now = self.clock.now()
+        if now is not None:
+            return float(now)
+        secs, micros = self._call(lambda: self.client.time())
+        return int(secs) + int(micros) / 1_000_000
+
+    def schedules_sync(self, params: SchedulesSyncParams) -> None:
+        """Store the app's schedules, keeping the next run of unchanged ones."""
+        _schedules.sync(self, params)
+
+    def schedules_list(self) -> list[Schedule]:
+        """Every stored schedule, by name."""
+        return _schedules.list_all(self)
+
+    def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
+        """Move the schedule on and insert its job in one script, if the tick is still due."""
+        return _schedules.fire(self, params)
 
     def close(self) -> None:
         """Close the connection pools (safe to call twice)."""

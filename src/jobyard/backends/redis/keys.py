@@ -7,6 +7,7 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P}:wake:<queue>         list    wake tokens: inserts LPUSH, waiting workers BLPOP
     {P}:workers              zset    worker id -> last_seen
     {P}:workers:info         hash    worker id -> WorkerInfo as JSON
+    {P}:schedules            hash    schedule name -> its job's queue (where its hash lives)
 
     {P:<queue>}:config       hash    the queue's settings
     {P:<queue>}:prios        zset    priority levels that hold pending jobs
@@ -19,6 +20,7 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P:<queue>}:ttl          string  the queue's time to live (ms) when fed with one
     {P:<queue>}:alive        string  expires ttl ms after the last push
     {P:<queue>}:job:<n>      hash    one job
+    {P:<queue>}:schedule:<s> hash    a recurring job of this queue (cron, job, next/last run)
 
 Everything of one queue shares the hash tag ``{P:<queue>}``, so on Redis Cluster a queue lives on
 one slot and each state change is one Lua script on one node. The global keys share the tag
@@ -60,7 +62,7 @@ JOB_ID_RE = re.compile(r"^([A-Za-z0-9_.:-]{1,100}):([1-9][0-9]{0,17})$")
 class Keys:
     """Key names for one prefix."""
 
-    __slots__ = ("prefix", "queues", "seq", "workers", "workers_info")
+    __slots__ = ("prefix", "queues", "schedules", "seq", "workers", "workers_info")
 
     def __init__(self, prefix: str) -> None:
         if not PREFIX_RE.match(prefix):
@@ -73,6 +75,7 @@ class Keys:
         self.queues = f"{g}:queues"
         self.workers = f"{g}:workers"
         self.workers_info = f"{g}:workers:info"
+        self.schedules = f"{g}:schedules"
 
     def wake(self, queue: str) -> str:
         """The wake list of a queue (on the global tag, so one BLPOP covers many queues)."""
@@ -90,6 +93,10 @@ class Keys:
     def job(self, queue: str, number: str) -> str:
         """The hash of one job."""
         return f"{self.tag(queue)}:job:{number}"
+
+    def schedule(self, queue: str, name: str) -> str:
+        """The hash of one schedule, on its job's queue so a tick fires in one script."""
+        return f"{self.tag(queue)}:schedule:{name}"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this prefix (global and per queue)."""

@@ -151,3 +151,133 @@ local function record(k, n)
   local h = redis.call('HGETALL', job_key(k, n))
   return h
 end
+
+-- Insert jobs, all or nothing (jobs_insert.lua, schedules_fire.lua).
+--   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
+--   o.seq_base (first job number, or nil: INCRBY o.seq_key), o.registry (set key or nil),
+--   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts
+-- Returns {"ok", number1, created1, ...} or {"full", queue, max_pending}.
+local function insert_jobs(o)
+  local ng = #o.names
+  local groups, cfg, fresh = {}, {}, {}
+  for g = 1, ng do
+    groups[g] = queue_keys(g)
+    if not o.dry then
+      lapse_if_due(groups[g])
+    end
+    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending')
+    fresh[g] = 0
+  end
+
+  -- First pass: which jobs are new. A key held by a pending or running job of the same queue
+  -- returns that job; a key repeated in this batch maps to its first job.
+  local plan = {} -- i -> {n = held number} | {first = index of the batch job holding the key} | {}
+  local in_batch = {}
+  for i, job in ipairs(o.jobs) do
+    local g = job[1]
+    local key = nz(job[12])
+    local held
+    if key then
+      local n = redis.call('HGET', groups[g].idem, key)
+      if n then
+        local st = redis.call('HGET', job_key(groups[g], n), 'status')
+        if st == 'pending' or st == 'running' then
+          held = {n = n}
+        end
+      end
+      if not held and in_batch[g .. '|' .. key] then
+        held = {first = in_batch[g .. '|' .. key]}
+      end
+    end
+    if held then
+      plan[i] = held
+    else
+      plan[i] = {}
+      fresh[g] = fresh[g] + 1
+      if key then
+        in_batch[g .. '|' .. key] = i
+      end
+    end
+  end
+
+  local total = 0
+  for g = 1, ng do
+    local max_pending = tonumber(cfg[g][3])
+    if max_pending and fresh[g] > 0
+      and redis.call('ZCARD', groups[g].pending) + fresh[g] > max_pending then
+      return {'full', o.names[g], cfg[g][3]}
+    end
+    total = total + fresh[g]
+  end
+  if o.dry then
+    return {'ok'}
+  end
+
+  local nextn = o.seq_base
+  if not nextn and total > 0 then
+    nextn = redis.call('INCRBY', o.seq_key, total) - total + 1
+  end
+
+  -- Second pass: write the new jobs.
+  local out = {'ok'}
+  local numbers = {}
+  for i, job in ipairs(o.jobs) do
+    local p = plan[i]
+    local n, created
+    if p.n then
+      n, created = p.n, 0
+    elseif p.first then
+      n, created = numbers[p.first], 0
+    else
+      n, created = int(nextn), 1
+      nextn = nextn + 1
+      local g = job[1]
+      local k = groups[g]
+      local prio = int(job[4])
+      local run_at = nz(job[6]) or (o.now + job[5])
+      local fields = {
+        'name', job[2], 'queue', o.names[g], 'payload', job[3], 'status', 'pending',
+        'priority', prio, 'attempts', 0,
+        'max_attempts', nz(job[7]) or tonumber(cfg[g][1]) or o.default_attempts,
+        'run_at', run_at, 'created_at', o.now, 'lease', job[10], 'delivery', job[11],
+      }
+      local backoff = nz(job[8]) or cfg[g][2]
+      if backoff then
+        fields[#fields + 1] = 'backoff'
+        fields[#fields + 1] = backoff
+      end
+      if nz(job[9]) then
+        fields[#fields + 1] = 'timeout'
+        fields[#fields + 1] = job[9]
+      end
+      if nz(job[12]) then
+        fields[#fields + 1] = 'idempotency_key'
+        fields[#fields + 1] = job[12]
+        redis.call('HSET', k.idem, job[12], n)
+      end
+      if nz(job[13]) then
+        fields[#fields + 1] = 'parent_id'
+        fields[#fields + 1] = job[13]
+      end
+      redis.call('HSET', job_key(k, n), unpack(fields))
+      to_ready(k, n, prio, run_at)
+    end
+    numbers[i] = n
+    out[#out + 1] = n
+    out[#out + 1] = created
+  end
+
+  for g = 1, ng do
+    if o.ttl_ms ~= '' then
+      redis.call('SET', groups[g].ttl, o.ttl_ms)
+      redis.call('SET', groups[g].alive, '1', 'PX', o.ttl_ms)
+    end
+    if o.registry then
+      redis.call('SADD', o.registry, o.names[g])
+    end
+    if o.wake_keys then
+      wake(o.wake_keys[g], fresh[g])
+    end
+  end
+  return out
+end

@@ -1,0 +1,153 @@
+"""Recurring jobs on Redis: each schedule is a hash on its job's queue tag, so firing a tick
+(move ``next_run_at`` on and insert the job) is one script on one slot; a global hash on the
+``{prefix}`` tag maps schedule names to their queues."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ...errors import QueueFull
+from ..base import (
+    DEFAULT_MAX_ATTEMPTS,
+    Inserted,
+    NewJob,
+    Schedule,
+    SchedulesFireParams,
+    SchedulesSyncParams,
+)
+from .keys import job_id
+
+if TYPE_CHECKING:
+    from .backend import RedisBackend
+
+
+def _job_json(job: NewJob) -> str:
+    """The fields of a schedule's job that make it "the same job", canonically encoded."""
+    return json.dumps(
+        [
+            job.name,
+            job.payload,
+            int(job.priority),
+            job.max_attempts,
+            job.backoff,
+            None if job.timeout is None else float(job.timeout),
+            float(job.lease),
+            job.delivery,
+            job.idempotency_key,
+            job.parent_id,
+        ],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _job_of(queue: str, text: str) -> NewJob:
+    f: list[Any] = json.loads(text)
+    return NewJob(
+        name=f[0],
+        queue=queue,
+        payload=f[1],
+        priority=int(f[2]),
+        max_attempts=f[3],
+        backoff=f[4],
+        timeout=f[5],
+        lease=float(f[6]),
+        delivery=f[7],
+        idempotency_key=f[8],
+        parent_id=f[9],
+    )
+
+
+def _opt(value: str | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def sync(b: RedisBackend, params: SchedulesSyncParams) -> None:
+    """Store the given schedules (see ``SchedulesSyncParams``); deactivate the others."""
+    index: dict[str, str] = b.retrying(lambda: b.client.hgetall(b.keys.schedules))
+    given = {s.name for s in params.schedules}
+    for s in params.schedules:
+        queue = s.job.queue
+        old_queue = index.get(s.name)
+        if old_queue is not None and old_queue != queue:
+            # the job moved to another queue: its schedule moves to that queue's slot
+            stale = b.keys.schedule(old_queue, s.name)
+            b.retrying(lambda: b.client.delete(stale))  # noqa: B023 - called at once
+        next_run = repr(float(s.next_run_at if s.next_run_at is not None else b.clock_now()))
+        b._run(
+            "schedules_sync",
+            [b.keys.schedule(queue, s.name)],
+            [s.name, s.cron, queue, _job_json(s.job), next_run],
+        )
+        b.retrying(lambda: b.client.hset(b.keys.schedules, s.name, queue))  # noqa: B023
+    for name, queue in index.items():
+        if name not in given:
+            _deactivate(b, b.keys.schedule(queue, name))
+
+
+def _deactivate(b: RedisBackend, key: str) -> None:
+    if b.retrying(lambda: b.client.exists(key)):
+        b.retrying(lambda: b.client.hset(key, "active", "0"))
+
+
+def list_all(b: RedisBackend) -> list[Schedule]:
+    """Every stored schedule, by name."""
+    index: dict[str, str] = b.retrying(lambda: b.client.hgetall(b.keys.schedules))
+    names = sorted(index)
+    if not names:
+        return []
+
+    def fetch() -> list[dict[str, str]]:
+        pipe = b.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(b.keys.schedule(index[name], name))
+        rows: list[dict[str, str]] = pipe.execute()
+        return rows
+
+    out = []
+    for name, h in zip(names, b.retrying(fetch), strict=True):
+        if not h:
+            continue
+        out.append(
+            Schedule(
+                name=name,
+                cron=h["cron"],
+                job=_job_of(index[name], h["job"]),
+                active=h.get("active") == "1",
+                next_run_at=_opt(h.get("next_run_at")),
+                last_run_at=_opt(h.get("last_run_at")),
+            )
+        )
+    return out
+
+
+def fire(b: RedisBackend, params: SchedulesFireParams) -> Inserted | None:
+    """Fire one tick if the schedule still waits for it (one script on the queue's slot)."""
+    queue = b.retrying(lambda: b.client.hget(b.keys.schedules, params.name))
+    if queue is None:
+        return None
+    keys = [*b.keys.queue(queue), b.keys.schedule(queue, params.name)]
+    if b.cluster:
+        first = str(b._run("seq_take", [b.keys.seq, b.keys.queues], ["1", queue]))
+    else:
+        first = ""
+        keys += [b.keys.seq, b.keys.queues, b.keys.wake(queue)]
+    args = [
+        b._now(),
+        repr(float(params.fire_at)),
+        repr(float(params.next_at)),
+        f"cron:{params.name}:{params.fire_at!r}",
+        first,
+        "" if b.cluster else "1",
+        str(DEFAULT_MAX_ATTEMPTS),
+    ]
+    reply = b._run("schedules_fire", keys, args)
+    if reply[0] == "skip":
+        return None
+    if reply[0] == "full":
+        raise QueueFull(reply[1], int(reply[2]))
+    created = reply[2] == 1
+    if b.cluster and created:
+        b._wake_after({queue: 1})
+    return Inserted(job_id(queue, reply[1]), created)

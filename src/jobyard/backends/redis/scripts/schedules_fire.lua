@@ -1,0 +1,49 @@
+-- schedules_fire.lua: fire one tick of a recurring job: move the schedule on and insert its
+-- job, together, only if the schedule still waits for this tick (so of many workers racing for
+-- the tick exactly one fires it).
+--
+-- KEYS: the 13 keys of the job's queue (see _lib.lua); [14] the schedule's hash; then, when
+--       ARGV[6] is "1" (a single Redis node): the job sequence, the queue registry set and the
+--       queue's wake list.
+-- ARGV: [1] now, "" = Redis TIME   [2] fire_at (the tick)   [3] next_at (the following tick)
+--       [4] the idempotency key to use when the job has none   [5] first job number, "" =
+--       take it from the sequence key   [6] "1" = the global keys follow
+--       [7] default max_attempts
+-- Touches: the schedule hash (next_run_at, last_run_at); what jobs_insert.lua touches.
+-- Returns: {"ok", number, created}, {"full", queue, max_pending} (nothing changed) or
+--          {"skip"} (not active, or not waiting for this tick).
+
+local sk = KEYS[NQ + 1]
+local fire_at = tonumber(ARGV[2])
+local s = redis.call('HMGET', sk, 'active', 'next_run_at', 'job', 'queue')
+-- stores round: a tick matches within 1 ms
+if s[1] ~= '1' or not s[2] or math.abs(tonumber(s[2]) - fire_at) > 0.001 then
+  return {'skip'}
+end
+local job = cjson.decode(s[3]) -- [name, payload, priority, max_attempts, backoff, timeout,
+                               --  lease, delivery, idempotency_key, parent_id]
+local row = {
+  1, job[1], job[2], job[3], 0, fire_at, job[4], job[5], job[6], job[7], job[8],
+  nz(job[9]) or ARGV[4], job[10],
+}
+local o = {
+  now = now_from(ARGV[1]),
+  names = {s[4]},
+  jobs = {row},
+  ttl_ms = '',
+  dry = false,
+  default_attempts = tonumber(ARGV[7]),
+}
+if ARGV[5] ~= '' then
+  o.seq_base = tonumber(ARGV[5])
+end
+if ARGV[6] == '1' then
+  o.seq_key = KEYS[NQ + 2]
+  o.registry = KEYS[NQ + 3]
+  o.wake_keys = {KEYS[NQ + 4]}
+end
+local out = insert_jobs(o)
+if out[1] == 'ok' then
+  redis.call('HSET', sk, 'next_run_at', ARGV[3], 'last_run_at', ARGV[2])
+end
+return out
