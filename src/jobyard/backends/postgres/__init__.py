@@ -1,0 +1,2 @@
+"""The PostgreSQL backend: SKIP LOCKED claims, LISTEN/NOTIFY wake-ups, status partitions and
+transactional enqueue and completion on the caller's own connection."""

@@ -1,0 +1,138 @@
+"""Connection settings from a ``postgresql://`` URL, and the pool that serves the backend.
+
+jobyard's own URL parameters are taken out before the rest goes to libpq:
+
+- ``schema=NAME``: every jobyard table lives in that schema (each connection's search_path);
+- ``pool_min_size=N`` / ``pool_max_size=N``: the connection pool's bounds (default 1 / 20).
+"""
+
+from __future__ import annotations
+
+import re
+import select
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.numeric import Int8Dumper
+from psycopg_pool import ConnectionPool
+
+from ...errors import ConfigurationError
+
+SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+DEFAULT_POOL_MIN = 1
+DEFAULT_POOL_MAX = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a URL asks for: the libpq conninfo, connection keywords, schema and pool bounds."""
+
+    conninfo: str
+    kwargs: dict[str, Any]
+    schema: str | None
+    pool_min: int
+    pool_max: int
+
+    @property
+    def search_path(self) -> str | None:
+        """The search_path every connection uses, ``None`` for the server's default.
+        ``pg_temp`` goes last so a temporary table can never shadow a jobyard table."""
+        return None if self.schema is None else f"{self.schema}, pg_temp"
+
+    @property
+    def lock_scope(self) -> str:
+        """Names the schema in advisory lock keys (``""`` for the default one)."""
+        return self.schema or ""
+
+
+def _int_param(name: str, value: str, low: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = low - 1
+    if number < low:
+        raise ConfigurationError(f"URL parameter {name} must be an integer >= {low}")
+    return number
+
+
+def parse_url(url: str) -> Settings:
+    """Split a ``postgresql://`` (or ``postgres://``) URL into :class:`Settings`."""
+    parts = urlsplit(url)
+    schema: str | None = None
+    pool_min, pool_max = DEFAULT_POOL_MIN, DEFAULT_POOL_MAX
+    rest: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "schema":
+            if not SCHEMA_RE.match(value):
+                raise ConfigurationError(
+                    f"invalid schema {value!r}: use 1 to 63 of a-z 0-9 _, not starting with a digit"
+                )
+            schema = value
+        elif key == "pool_min_size":
+            pool_min = _int_param(key, value, 0)
+        elif key == "pool_max_size":
+            pool_max = _int_param(key, value, 1)
+        else:
+            rest.append((key, value))
+    pool_min = min(pool_min, pool_max)
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    try:
+        given = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL URL: {exc}") from None
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "application_name" not in given:
+        kwargs["application_name"] = "jobyard"
+    if "connect_timeout" not in given:
+        kwargs["connect_timeout"] = 10
+    if schema is not None:
+        options = str(given.get("options") or "")
+        kwargs["options"] = f"{options} -c search_path={schema},pg_temp".strip()
+    return Settings(conninfo, kwargs, schema, pool_min, pool_max)
+
+
+def check_idle(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check on every checkout: refuse a connection the server has dropped, without
+    a round trip. An idle connection that does not LISTEN receives nothing, so a readable
+    socket means the server has sent a farewell (``pg_terminate_backend``, a restart) or
+    closed it: raising makes the pool discard it and hand out a sound one instead."""
+    pgconn = conn.pgconn
+    if pgconn.status != pq.ConnStatus.OK:
+        raise psycopg.OperationalError("the connection is closed")
+    poller = select.poll()
+    poller.register(pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+    if poller.poll(0):
+        raise psycopg.OperationalError("the server sent data to an idle connection: dropping it")
+
+
+def configure(conn: psycopg.Connection[Any]) -> None:
+    """Set up each new pooled connection."""
+    # Every Python int as int8 (arrays too): psycopg would otherwise pick int2/int4/int8 per
+    # value, and each combination of parameter types is a prepared statement of its own.
+    conn.adapters.register_dumper(int, Int8Dumper)
+
+
+def reset(conn: psycopg.Connection[Any]) -> None:
+    """Tidy a connection coming back to the pool: one lent for a handler's transaction
+    (``connection_acquire``) returns to autocommit, as every other user expects."""
+    if not conn.autocommit:
+        conn.autocommit = True
+
+
+def open_pool(settings: Settings, name: str) -> ConnectionPool[psycopg.Connection[Any]]:
+    """A pool that opens connections in the background and reopens lost ones with backoff."""
+    return ConnectionPool(
+        settings.conninfo,
+        kwargs=settings.kwargs,
+        min_size=settings.pool_min,
+        max_size=settings.pool_max,
+        configure=configure,
+        check=check_idle,
+        reset=reset,
+        name=name,
+        open=True,
+    )

@@ -1,0 +1,92 @@
+"""The backend's SQL, read once from the package: ``queries.sql`` (named blocks) and the
+versioned ``migrations/NNNN_name.sql`` files."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from importlib import resources
+
+_BLOCK = re.compile(r"^-- name: (\w+)[ \t]*$", re.MULTILINE)
+_COMMENT = re.compile(r"^\s*--.*$\n?", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class Queries:
+    """Every statement of ``queries.sql``, by name. A block missing from the file, or a block
+    no field names, fails at import: a typo cannot wait for the code path that uses it."""
+
+    jobs_insert_lock: str
+    jobs_insert: str
+    jobs_get: str
+    jobs_list: str
+    jobs_cancel: str
+    jobs_retry: str
+    jobs_purge: str
+    jobs_claim_lock: str
+    jobs_claim: str
+    jobs_ack: str
+    leases_renew: str
+    leases_reap: str
+    queues_configure: str
+    queues_list: str
+    workers_beat: str
+    workers_list: str
+    stats_get: str
+    clock_now: str
+    schedules_sync: str
+    schedules_list: str
+    schedules_advance: str
+    schema_create: str
+    migrations_lock: str
+    migrations_unlock: str
+    migrations_table: str
+    migrations_applied: str
+    migrations_record: str
+    current_schema: str
+    listen: str
+    ping: str
+    savepoint: str
+    savepoint_release: str
+    savepoint_rollback: str
+    search_path_save: str
+    search_path_set: str
+    search_path_restore: str
+
+
+def parse_blocks(text: str) -> dict[str, str]:
+    """Split ``-- name: NAME`` blocks; comment lines and the final semicolon are dropped (a
+    ``%(name)s`` inside a comment would otherwise count as a parameter)."""
+    parts = _BLOCK.split(text)
+    blocks: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in blocks:
+            raise ValueError(f"queries.sql: block {name!r} is defined twice")
+        blocks[name] = _COMMENT.sub("", body).strip().rstrip(";").strip()
+    return blocks
+
+
+def load_queries() -> Queries:
+    """Read and check ``queries.sql``."""
+    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
+    blocks = parse_blocks(text)
+    expected = {f.name for f in fields(Queries)}
+    if set(blocks) != expected:
+        missing, extra = sorted(expected - set(blocks)), sorted(set(blocks) - expected)
+        raise ValueError(f"queries.sql: missing blocks {missing}, unknown blocks {extra}")
+    return Queries(**blocks)
+
+
+def load_migrations() -> list[tuple[str, str]]:
+    """``(name, sql)`` of every migration, in order; the name is the file's stem."""
+    folder = resources.files(__package__).joinpath("migrations")
+    found = [
+        (entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
+    ]
+    return sorted(found)
+
+
+Q = load_queries()
+MIGRATIONS = load_migrations()

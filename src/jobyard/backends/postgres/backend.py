@@ -1,0 +1,525 @@
+"""The PostgreSQL backend: many worker hosts against one database.
+
+- Jobs live in a table partitioned by status (seed 001): the pending partition holds only what
+  is waiting, so the claim index stays small however many jobs have finished.
+- A claim is one statement: ``FOR UPDATE SKIP LOCKED`` in claim order, per queue, so claimers
+  never block one another; only claimers of a queue with a ``max_concurrency`` take turns.
+- Outcomes are settled in batches (arrays, ``unnest``), each fenced by its claim's token.
+- Inserts NOTIFY; ``jobs_wait`` sleeps on a LISTEN connection (:mod:`.listener`).
+- Time is the database's: ``coalesce(clock.now(), statement_timestamp())`` (see queries.sql).
+- A caller's own connection takes part in its transaction: enqueue (``connection=``) and
+  completion (``connection_acquire``) commit or roll back with the caller's work.
+
+Statements live in ``queries.sql`` and run as server-side prepared statements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import pq
+from psycopg_pool import ConnectionPool
+
+from ...clock import Clock
+from ...errors import DuplicateJob, InvalidTransition, JobNotFound
+from .. import mask_url
+from ..base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    DEFAULT_MAX_ATTEMPTS,
+    LEASE_LOST_ERROR,
+    STATUSES,
+    ClaimedJob,
+    Inserted,
+    JobRecord,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    JobsPurgeParams,
+    JobsWaitParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    NewJob,
+    QueueConfig,
+    QueueStats,
+    Reaped,
+    Schedule,
+    SchedulesFireParams,
+    SchedulesSyncParams,
+    StatsParams,
+    WorkerInfo,
+    WorkersBeatParams,
+)
+from . import _caller, _migrate
+from ._connect import Settings, open_pool, parse_url
+from ._sql import Q
+from .listener import Listener
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+Row = tuple[Any, ...]
+
+FINISHED = ("completed", "failed", "cancelled")
+_ID_RE = re.compile(r"^[0-9]{1,19}$")
+_MAX_ID = 2**63 - 1
+
+
+def parse_job_id(value: str) -> int | None:
+    """The bigint behind a job id string, or ``None`` if it cannot be one of ours."""
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        return None
+    number = int(value)
+    return number if number <= _MAX_ID else None
+
+
+_NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
+
+
+def encode_job(job: NewJob) -> str:
+    """A schedule's job as stored: JSON with sorted keys, so equal jobs are equal text."""
+    return json.dumps(dataclasses.asdict(job), sort_keys=True, separators=(",", ":"))
+
+
+def decode_job(text: str) -> NewJob:
+    """The inverse of :func:`encode_job` (fields this version does not know are ignored)."""
+    data = json.loads(text)
+    return NewJob(**{k: v for k, v in data.items() if k in _NEW_JOB_FIELDS})
+
+
+def _record(row: Row) -> JobRecord:
+    return JobRecord(str(row[0]), *row[1:])
+
+
+class PostgresBackend:
+    """The ``postgresql://`` (or ``postgres://``) store. See the module docstring.
+
+    URL parameters of jobyard's own: ``schema=NAME`` (every table in that schema; it is created
+    by ``jobyard migrate``), ``pool_min_size`` and ``pool_max_size`` (default 1 and 20).
+    """
+
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.url = mask_url(url)
+        self.clock = clock
+        self._settings: Settings = parse_url(url)
+        self._pool: ConnectionPool[Conn] = open_pool(self._settings, f"jobyard {self.url}")
+        self._listener = Listener(self._settings)
+        self._lent: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._close_lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresBackend({self.url!r})"
+
+    # plumbing -----------------------------------------------------------------------------------
+
+    def _run(self, fn: Callable[[Conn], T], *, reconnect: bool = True) -> T:
+        """Run ``fn`` on a pooled connection.
+
+        A status change moves a row to another partition, and a concurrent statement that
+        reaches the moved row fails with a serialization error even in READ COMMITTED (it
+        cannot follow the row across partitions). Each statement here is atomic, so it is
+        simply run again: its new snapshot sees the move. A connection lost in flight (the
+        server restarted, ``pg_terminate_backend``) is retried once on a fresh connection.
+        """
+        conflicts = 0
+        reconnects = 1 if reconnect else 0
+        while True:
+            used: Conn | None = None
+            try:
+                with self._pool.connection() as conn:
+                    used = conn
+                    return fn(conn)
+            except _caller.CONFLICTS:
+                conflicts += 1
+                if conflicts > _caller.MAX_CONFLICT_RETRIES:
+                    raise
+                time.sleep(random.uniform(0, 0.001 * conflicts))  # decorrelate the rivals
+            except psycopg.OperationalError:
+                if used is None or not used.broken or reconnects <= 0:
+                    raise
+                reconnects -= 1
+
+    @staticmethod
+    def _fetch(conn: Conn, query: str, params: dict[str, Any] | None = None) -> list[Row]:
+        return conn.execute(query, params, prepare=True).fetchall()
+
+    @staticmethod
+    def _locked(conn: Conn, steps: Sequence[_caller.Step]) -> list[Row]:
+        # A lock statement and the statement it guards go in one pipeline with no Sync between
+        # them: one round trip, and one implicit transaction, so the transaction-scoped
+        # advisory lock taken by the first is held through the second, while the second still
+        # takes its own fresh snapshot (READ COMMITTED: one per statement) after the lock was
+        # granted. Returns the rows of the last statement.
+        with conn.pipeline():
+            cursors = [conn.execute(query, params, prepare=True) for query, params in steps]
+        return cursors[-1].fetchall()
+
+    def _caller_search_path(self, conn: Any) -> str | None:
+        # Connections the pool made (lent by connection_acquire) have the schema already.
+        return None if conn in self._lent else self._settings.search_path
+
+    # schema -------------------------------------------------------------------------------------
+
+    def schema_migrate(self) -> list[str]:
+        """Apply pending migrations (idempotent, safe when run concurrently); names applied."""
+        with psycopg.connect(self._settings.conninfo, **self._settings.kwargs) as conn:
+            return _migrate.apply(conn, self._settings.schema)
+
+    def schema_check(self) -> None:
+        """Raise :class:`jobyard.errors.SchemaError` naming ``jobyard migrate`` if behind."""
+        where = self.url if self._settings.schema is None else f"schema {self._settings.schema}"
+        self._run(lambda conn: _migrate.check(conn, where))
+
+    # producer side ----------------------------------------------------------------------------
+
+    def _insert_steps(self, jobs: Sequence[NewJob]) -> list[_caller.Step]:
+        args: dict[str, Any] = {
+            "now": self.clock.now(),
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "names": [j.name for j in jobs],
+            "queues": [j.queue for j in jobs],
+            "payloads": [j.payload for j in jobs],
+            "priorities": [int(j.priority) for j in jobs],
+            "delays": [float(j.delay) for j in jobs],
+            "run_ats": [None if j.run_at is None else float(j.run_at) for j in jobs],
+            "max_attempts": [j.max_attempts or None for j in jobs],
+            "backoffs": [j.backoff or None for j in jobs],
+            "timeouts": [None if j.timeout is None else float(j.timeout) for j in jobs],
+            "leases": [float(j.lease) for j in jobs],
+            "deliveries": [j.delivery for j in jobs],
+            "keys": [j.idempotency_key for j in jobs],
+            "parents": [j.parent_id for j in jobs],
+        }
+        lock = {"queues": sorted({j.queue for j in jobs})}
+        return [(Q.jobs_insert_lock, lock), (Q.jobs_insert, args)]
+
+    @staticmethod
+    def _inserted(rows: list[Row]) -> list[Inserted]:
+        return [Inserted(str(row[1]), bool(row[2])) for row in rows]
+
+    def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
+        """Insert jobs in one round trip; raise :class:`QueueFull` (writing nothing) past a
+        queue's max_pending. With ``params.connection`` the jobs join the caller's
+        transaction. A connection lost in flight is retried once (an idempotency key makes
+        that retry safe)."""
+        if not params.jobs:
+            return []
+        steps = self._insert_steps(params.jobs)
+        conn = params.connection
+        if conn is not None:
+            rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
+            return self._inserted(rows)
+        try:
+            rows = self._run(lambda c: self._locked(c, steps))
+        except psycopg.Error as exc:
+            full = _caller.queue_full(exc)
+            if full is not None:
+                raise full from None
+            raise
+        return self._inserted(rows)
+
+    async def jobs_insert_async(self, params: JobsInsertParams) -> list[Inserted]:
+        """:meth:`jobs_insert` on the caller's psycopg ``AsyncConnection`` (the same
+        statements); without a connection it runs :meth:`jobs_insert` on a thread."""
+        conn = params.connection
+        if conn is None:
+            return await asyncio.to_thread(self.jobs_insert, params)
+        if not params.jobs:
+            return []
+        steps = self._insert_steps(params.jobs)
+        rows = await _caller.run_async(conn, steps, self._caller_search_path(conn))
+        return self._inserted(rows)
+
+    def jobs_get(self, job_id: str) -> JobRecord | None:
+        """One job, or ``None`` (also for an id that cannot be one)."""
+        number = parse_job_id(job_id)
+        if number is None:
+            return None
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_get, {"id": number}))
+        return _record(rows[0]) if rows else None
+
+    def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
+        """Jobs matching the filter, newest first."""
+        args = {
+            "statuses": [params.status] if params.status is not None else list(STATUSES),
+            "queue": params.queue,
+            "name": params.name,
+            "limit": max(params.limit, 0),
+            "offset": max(params.offset, 0),
+        }
+        return [_record(r) for r in self._run(lambda c: self._fetch(c, Q.jobs_list, args))]
+
+    def jobs_cancel(self, job_id: str) -> JobRecord:
+        """Cancel a pending job. Raise JobNotFound, or InvalidTransition if it is not pending."""
+        number = parse_job_id(job_id)
+        if number is None:
+            raise JobNotFound(job_id)
+        args = {"now": self.clock.now(), "id": number}
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel, args))
+        if not rows:
+            raise JobNotFound(job_id)
+        done, rec = rows[0][0], _record(rows[0][1:])
+        if not done:
+            raise InvalidTransition(f"job {job_id} is {rec.status}: only pending jobs cancel")
+        return rec
+
+    def jobs_retry(self, job_id: str) -> JobRecord:
+        """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
+        InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
+        number = parse_job_id(job_id)
+        if number is None:
+            raise JobNotFound(job_id)
+        args = {"now": self.clock.now(), "id": number}
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_retry, args))
+        if not rows:
+            raise JobNotFound(job_id)
+        verdict, holder, rec = rows[0][0], rows[0][1], _record(rows[0][2:])
+        if verdict == "duplicate":
+            raise DuplicateJob(
+                f"job {holder} holds idempotency key {rec.idempotency_key!r} already"
+            )
+        if verdict != "ok":
+            raise InvalidTransition(
+                f"job {job_id} is {rec.status}: only failed or cancelled jobs retry"
+            )
+        return rec
+
+    def jobs_purge(self, params: JobsPurgeParams) -> int:
+        """Delete finished jobs; the number deleted. Only the finished partitions are read."""
+        bad = set(params.statuses) - set(FINISHED)
+        if bad:
+            raise ValueError(f"only finished jobs can be purged, not {sorted(bad)}")
+        if not params.statuses:
+            return 0
+        args = {
+            "now": self.clock.now(),
+            "statuses": sorted(set(params.statuses)),
+            "older_than": float(params.older_than),
+            "queue": params.queue,
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_purge, args))
+        return int(rows[0][0])
+
+    # worker side ------------------------------------------------------------------------------
+
+    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+        """Claim due jobs in one round trip (see :class:`JobsClaimParams`)."""
+        queues = list(dict.fromkeys(params.queues))
+        if params.limit <= 0 or not queues:
+            return []
+        args = {
+            "now": self.clock.now(),
+            "queues": queues,
+            "limit": params.limit,
+            "worker_id": params.worker_id,
+        }
+        steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues}), (Q.jobs_claim, args)]
+        rows = self._run(lambda c: self._locked(c, steps))
+        return [ClaimedJob(str(r[0]), *r[1:]) for r in rows]
+
+    def jobs_ack(self, params: JobsAckParams) -> list[str]:
+        """Apply outcomes in one statement; return the ids whose token no longer matched.
+        With ``params.connection`` the settlement joins that transaction (not committed)."""
+        outcomes = list(params.outcomes)
+        valid = [(o, n) for o in outcomes if (n := parse_job_id(o.id)) is not None]
+        if not valid:
+            return [o.id for o in outcomes]
+        args = {
+            "now": self.clock.now(),
+            "ids": [n for _, n in valid],
+            "tokens": [o.token for o, _ in valid],
+            "kinds": [o.kind for o, _ in valid],
+            "results": [o.result for o, _ in valid],
+            "errors": [o.error for o, _ in valid],
+            "delays": [float(o.delay) for o, _ in valid],
+        }
+        conn = params.connection
+        if conn is not None:
+            steps: list[_caller.Step] = [(Q.jobs_ack, args)]
+            rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
+        else:
+            rows = self._run(lambda c: self._fetch(c, Q.jobs_ack, args))
+        refused = {str(r[0]) for r in rows}
+        return [o.id for o in outcomes if o.id in refused or parse_job_id(o.id) is None]
+
+    def jobs_wait(self, params: JobsWaitParams) -> bool:
+        """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
+        return self._listener.wait(params.queues, params.timeout)
+
+    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
+        """Renew leases; return the ids whose lease was lost (token no longer matches)."""
+        pairs = list(params.jobs)
+        valid = [(n, token) for jid, token in pairs if (n := parse_job_id(jid)) is not None]
+        if not valid:
+            return [jid for jid, _ in pairs]
+        args = {
+            "now": self.clock.now(),
+            "ids": [n for n, _ in valid],
+            "tokens": [t for _, t in valid],
+        }
+        lost = {str(r[0]) for r in self._run(lambda c: self._fetch(c, Q.leases_renew, args))}
+        return [jid for jid, _ in pairs if jid in lost or parse_job_id(jid) is None]
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """Recover jobs whose lease lapsed: an attempt was spent on each."""
+        if params.limit <= 0:
+            return []
+        args = {
+            "now": self.clock.now(),
+            "limit": params.limit,
+            "lease_error": LEASE_LOST_ERROR,
+            "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
+        return [Reaped(str(r[0]), str(r[1])) for r in rows]
+
+    # transactional completion -----------------------------------------------------------------
+
+    def connection_acquire(self) -> Conn:
+        """A pooled connection for a handler (``jobyard.current_job().connection``); its first
+        statement opens a transaction. Give it back with :meth:`connection_release`."""
+        conn = self._pool.getconn()
+        try:
+            conn.autocommit = False
+        except psycopg.Error:
+            self._pool.putconn(conn)
+            raise
+        self._lent.add(conn)
+        return conn
+
+    def connection_release(self, conn: Conn) -> None:
+        """Return a connection from :meth:`connection_acquire` to the pool (an open
+        transaction is rolled back)."""
+        self._lent.discard(conn)
+        try:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                conn.rollback()
+            conn.autocommit = True
+        except psycopg.Error:
+            pass  # broken: the pool discards it
+        self._pool.putconn(conn)
+
+    # queues, workers, stats -------------------------------------------------------------------
+
+    def queues_configure(self, config: QueueConfig) -> None:
+        """Create or replace a queue's settings."""
+        args = {
+            "name": config.name,
+            "max_concurrency": config.max_concurrency,
+            "max_attempts": config.max_attempts,
+            "backoff": config.backoff,
+            "max_pending": config.max_pending,
+            "paused": bool(config.paused),
+        }
+        self._run(lambda c: c.execute(Q.queues_configure, args, prepare=True))
+
+    def queues_list(self) -> list[QueueConfig]:
+        """Every configured queue, by name."""
+        rows = self._run(lambda c: self._fetch(c, Q.queues_list))
+        return [QueueConfig(*r) for r in rows]
+
+    def workers_beat(self, params: WorkersBeatParams) -> None:
+        """Register or refresh (or remove, when stopping) a worker; forget silent ones."""
+        w = params.worker
+        args = {
+            "now": self.clock.now(),
+            "id": w.id,
+            "host": w.host,
+            "pid": w.pid,
+            "queues": list(w.queues),
+            "concurrency": w.concurrency,
+            "started_at": float(w.started_at),
+            "forget_after": float(params.forget_after),
+            "stopping": bool(params.stopping),
+        }
+        self._run(lambda c: c.execute(Q.workers_beat, args, prepare=True))
+
+    def workers_list(self) -> list[WorkerInfo]:
+        """Registered workers, oldest first."""
+        rows = self._run(lambda c: self._fetch(c, Q.workers_list))
+        return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def stats_get(self, params: StatsParams) -> list[QueueStats]:
+        """Per queue: counts by status and completions in the last minute."""
+        args = {"now": self.clock.now(), "queues": list(params.queues)}
+        rows = self._run(lambda c: self._fetch(c, Q.stats_get, args))
+        counts: dict[str, dict[str, int]] = {}
+        recent: dict[str, int] = {}
+        for queue, kind, n in rows:
+            per = counts.setdefault(queue, dict.fromkeys(STATUSES, 0))
+            if kind == "recent":
+                recent[queue] = int(n)
+            elif kind in per:
+                per[kind] = int(n)
+        return [QueueStats(q, counts[q], recent.get(q, 0)) for q in sorted(counts)]
+
+    # time and recurring jobs --------------------------------------------------------------------
+
+    def clock_now(self) -> float:
+        """The database's "now" (or the frozen clock's), in epoch seconds."""
+        frozen = self.clock.now()
+        if frozen is not None:
+            return frozen
+        rows = self._run(lambda c: self._fetch(c, Q.clock_now, {"now": None}))
+        return float(rows[0][0])
+
+    def schedules_sync(self, params: SchedulesSyncParams) -> None:
+        """Store the app's schedules (see :class:`SchedulesSyncParams`) in one statement."""
+        given = {s.name: s for s in params.schedules}  # one row per name: the last one wins
+        args = {
+            "names": list(given),
+            "crons": [s.cron for s in given.values()],
+            "jobs": [encode_job(s.job) for s in given.values()],
+            "next_run_ats": [s.next_run_at for s in given.values()],
+        }
+        self._run(lambda c: c.execute(Q.schedules_sync, args, prepare=True))
+
+    def schedules_list(self) -> list[Schedule]:
+        """Every stored schedule, by name."""
+        rows = self._run(lambda c: self._fetch(c, Q.schedules_list))
+        return [Schedule(r[0], r[1], decode_job(r[2]), bool(r[3]), r[4], r[5]) for r in rows]
+
+    def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
+        """Fire a due tick: move the schedule on and insert its job in one transaction; None
+        if another worker fired it (or it is not due at ``fire_at``)."""
+        advance = {"name": params.name, "fire_at": params.fire_at, "next_at": params.next_at}
+
+        def fire(conn: Conn) -> Inserted | None:
+            # A tick fires rarely: a plain transaction of a few round trips is clear and cheap.
+            with conn.transaction():
+                rows = conn.execute(Q.schedules_advance, advance).fetchall()
+                if not rows:
+                    return None
+                job = decode_job(rows[0][0])
+                key = job.idempotency_key or f"cron:{params.name}:{params.fire_at!r}"
+                job = dataclasses.replace(job, run_at=params.fire_at, idempotency_key=key)
+                (lock, lock_args), (insert, insert_args) = self._insert_steps([job])
+                conn.execute(lock, lock_args)
+                return self._inserted(conn.execute(insert, insert_args).fetchall())[0]
+
+        try:
+            return self._run(fire)
+        except psycopg.Error as exc:
+            full = _caller.queue_full(exc)
+            if full is not None:
+                raise full from None
+            raise
+
+    def close(self) -> None:
+        """Stop listening and close every connection; safe to call twice."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._listener.stop()
+        self._pool.close()

@@ -1,0 +1,625 @@
+-- Every statement of the PostgreSQL backend, as named blocks (`-- name: NAME` starts one).
+-- Loaded once by _sql.py; executed with server-side prepared statements on pooled connections,
+-- and as the same text on a caller's own connection (transactional enqueue and completion).
+--
+-- Names are unqualified: each connection's search_path holds the jobyard schema.
+--
+-- "now" is always `coalesce(%(now)s, statement_timestamp())` as epoch seconds: the App's clock
+-- is NULL unless a test froze it. statement_timestamp(), deliberately, rather than:
+--   now()             - the start of the transaction: a caller's long transaction would stamp a
+--                       transactional enqueue with a stale time;
+--   clock_timestamp() - volatile: it changes from row to row, so one claim or batch would not
+--                       agree with itself, and a volatile comparison cannot be an index bound.
+-- statement_timestamp() is stable within a statement and fresh for each one, and it is the
+-- database's clock, so hosts whose clocks drift agree on leases and due times.
+--
+-- Result columns of a job record, in JobRecord's field order:
+--   id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+--   started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+
+
+-- name: jobs_insert_lock
+-- Serialise inserts into queues that have a max_pending, so the count jobs_insert makes next is
+-- current. It runs in the same implicit transaction as jobs_insert (one pipeline, one round
+-- trip); the count must be a separate statement because a READ COMMITTED statement that waited
+-- for a lock still reads the snapshot taken before the wait. Queues without a limit take no
+-- lock; locks are taken in name order so two batches cannot deadlock.
+SELECT pg_advisory_xact_lock(hashtextextended('jobyard:pending:' || current_schema() || ':' || name, 0))
+FROM (
+    SELECT name FROM queues
+    WHERE name = ANY(%(queues)s::text[]) AND max_pending IS NOT NULL
+    ORDER BY name
+) AS limited;
+
+
+-- name: jobs_insert
+-- Insert a batch in one statement. Returns one row per input job, in input order:
+-- (ord, id, created, checks).
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+input AS (
+    SELECT *
+    FROM unnest(
+        %(names)s::text[], %(queues)s::text[], %(payloads)s::text[], %(priorities)s::int4[],
+        %(delays)s::float8[], %(run_ats)s::float8[], %(max_attempts)s::int4[],
+        %(backoffs)s::text[], %(timeouts)s::float8[], %(leases)s::float8[],
+        %(deliveries)s::text[], %(keys)s::text[], %(parents)s::text[]
+    ) WITH ORDINALITY AS i (
+        name, queue, payload, priority, delay, run_at, max_attempts, backoff, timeout, lease,
+        delivery, key, parent_id, ord
+    )
+),
+-- The first job of the batch with a given (queue, key) stands for every repeat of it.
+firsts AS (
+    SELECT DISTINCT ON (queue, key) queue, key, ord
+    FROM input
+    WHERE key IS NOT NULL
+    ORDER BY queue, key, ord
+),
+-- An id for every job that may be created: keyless ones and the first of each key. nextval is
+-- volatile, so it is evaluated after the sort and ids increase in input order.
+fresh AS (
+    SELECT i.ord, nextval('jobs_id_seq') AS id
+    FROM input AS i
+    WHERE i.key IS NULL OR i.ord IN (SELECT ord FROM firsts)
+    ORDER BY i.ord
+),
+-- Take each key, or learn who holds it. ON CONFLICT DO UPDATE (a no-op write) rather than DO
+-- NOTHING because it returns the holder's row even when the holder committed after this
+-- statement's snapshot was taken, so a concurrent enqueue of the same key learns the winner's
+-- id in the same round trip; a holder still in flight makes it wait for that outcome. Keys go
+-- in (queue, key) order so batches that share keys lock them in one order: no deadlock.
+keyed AS (
+    INSERT INTO job_keys AS k (queue, key, job_id)
+    SELECT f.queue, f.key, fr.id
+    FROM firsts AS f JOIN fresh AS fr USING (ord)
+    ORDER BY f.queue, f.key
+    ON CONFLICT (queue, key) DO UPDATE SET job_id = k.job_id
+    RETURNING k.queue, k.key, k.job_id
+),
+created AS (
+    SELECT fr.ord, fr.id
+    FROM fresh AS fr JOIN input AS i USING (ord)
+    WHERE i.key IS NULL
+       OR EXISTS (
+           SELECT 1 FROM keyed AS k
+           WHERE k.queue = i.queue AND k.key = i.key AND k.job_id = fr.id
+       )
+),
+-- Straight into the pending partition: the rows satisfy its constraint, and it skips routing.
+inserted AS (
+    INSERT INTO jobs_pending (
+        id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
+        lease, delivery, idempotency_key, parent_id, run_at, created_at
+    )
+    SELECT c.id, 'pending', i.queue, i.name, i.payload, i.priority, 0,
+           coalesce(i.max_attempts, q.max_attempts, %(default_max_attempts)s::int4),
+           coalesce(i.backoff, q.backoff), i.timeout, i.lease, i.delivery, i.key, i.parent_id,
+           coalesce(i.run_at, clock.now + i.delay), clock.now
+    FROM created AS c
+    JOIN input AS i USING (ord)
+    CROSS JOIN clock
+    LEFT JOIN queues AS q ON q.name = i.queue
+    ORDER BY c.id
+    RETURNING id, queue
+),
+-- max_pending: the pending count excludes this statement's own rows (a data-modifying CTE's
+-- rows are invisible to the rest of the statement), so it is the count before the batch.
+-- jobyard_queue_full raises, which undoes every row of the batch.
+full_queues AS (
+    SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
+    FROM queues AS q
+    JOIN (SELECT queue, count(*) AS n FROM inserted GROUP BY queue) AS a ON a.queue = q.name
+    WHERE q.max_pending IS NOT NULL
+      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name) + a.n > q.max_pending
+),
+-- One NOTIFY per queue per batch, delivered only if the transaction commits. The payload is
+-- "schema:queue" on one channel, so a LISTEN needs no dynamic identifier.
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+    FROM (SELECT DISTINCT queue FROM inserted) AS d
+)
+SELECT i.ord, coalesce(c.id, k.job_id) AS id, c.id IS NOT NULL AS created,
+       (SELECT count(*) FROM full_queues) + (SELECT count(*) FROM notified) AS checks
+FROM input AS i
+LEFT JOIN created AS c USING (ord)
+LEFT JOIN keyed AS k ON k.queue = i.queue AND k.key = i.key
+ORDER BY i.ord;
+
+
+-- name: jobs_get
+SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+FROM jobs
+WHERE id = %(id)s::int8;
+
+
+-- name: jobs_list
+-- statuses is always given (all five when the caller filters none): `status = ANY($n)` lets the
+-- executor prune partitions at startup even in a generic prepared plan, where an
+-- `$n IS NULL OR status = $n` filter would scan every partition's index.
+SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+FROM jobs
+WHERE status = ANY(%(statuses)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
+
+
+-- name: jobs_cancel
+-- pending -> cancelled. Returns (cancelled, record...): the cancelled job, or, when nothing
+-- changed, the job as it is (its status names the refusal); no row: no such job.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+cancelled AS (
+    UPDATE jobs AS j
+    SET status = 'cancelled', finished_at = clock.now
+    FROM clock
+    WHERE j.status = 'pending' AND j.id = %(id)s::int8
+    RETURNING j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts,
+              j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
+              j.result, j.error, j.parent_id, j.idempotency_key, j.delivery
+),
+freed AS (
+    DELETE FROM job_keys AS k
+    USING cancelled AS c
+    WHERE k.queue = c.queue AND k.key = c.idempotency_key AND k.job_id = c.id
+)
+SELECT true, * FROM cancelled
+UNION ALL
+SELECT false, id, name, queue, payload, status, priority, attempts, max_attempts, run_at,
+       created_at, started_at, finished_at, worker_id, result, error, parent_id,
+       idempotency_key, delivery
+FROM jobs
+WHERE id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM cancelled);
+
+
+-- name: jobs_retry
+-- failed or cancelled -> pending, attempts reset, its idempotency key taken back (refused if
+-- another pending or running job of the queue holds it). Returns (verdict, holder, record...):
+-- verdict 'ok', 'duplicate' or 'status'; no row: no such job.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+target AS (
+    SELECT id, queue, idempotency_key
+    FROM jobs
+    WHERE id = %(id)s::int8 AND status IN ('failed', 'cancelled')
+    FOR UPDATE
+),
+keyed AS (
+    INSERT INTO job_keys (queue, key, job_id)
+    SELECT queue, idempotency_key, id FROM target WHERE idempotency_key IS NOT NULL
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING job_id
+),
+redriven AS (
+    UPDATE jobs AS j
+    SET status = 'pending', attempts = 0, run_at = clock.now, finished_at = NULL, result = NULL
+    FROM target AS t, clock
+    WHERE j.status IN ('failed', 'cancelled') AND j.id = t.id
+      AND (t.idempotency_key IS NULL OR EXISTS (SELECT 1 FROM keyed))
+    RETURNING j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts,
+              j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
+              j.result, j.error, j.parent_id, j.idempotency_key, j.delivery
+),
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || queue) AS sent FROM redriven
+)
+SELECT 'ok', NULL::int8, * FROM redriven WHERE (SELECT count(*) FROM notified) >= 0
+UNION ALL
+SELECT CASE WHEN j.status IN ('failed', 'cancelled') THEN 'duplicate' ELSE 'status' END,
+       (SELECT k.job_id FROM job_keys AS k
+        WHERE k.queue = j.queue AND k.key = j.idempotency_key),
+       j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts, j.max_attempts,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id, j.result, j.error,
+       j.parent_id, j.idempotency_key, j.delivery
+FROM jobs AS j
+WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
+
+
+-- name: jobs_purge
+-- Deletes touch only the finished partitions named by statuses (pruned at executor startup):
+-- the pending and running partitions and their indexes, the hot path, are never read.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+purged AS (
+    DELETE FROM jobs AS j
+    USING clock
+    WHERE j.status = ANY(%(statuses)s::text[])
+      AND j.finished_at <= clock.now - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    RETURNING 1
+)
+SELECT count(*) FROM purged;
+
+
+-- name: jobs_claim_lock
+-- Serialise the claimers of queues that have a max_concurrency, across every host, so the
+-- running count jobs_claim makes next is current (see jobs_insert_lock for why the count is a
+-- separate statement in the same implicit transaction). Unlimited queues take no lock and
+-- their claimers never wait for one another: SKIP LOCKED alone keeps them apart.
+SELECT pg_advisory_xact_lock(hashtextextended('jobyard:claim:' || current_schema() || ':' || name, 0))
+FROM (
+    SELECT name FROM queues
+    WHERE name = ANY(%(queues)s::text[]) AND max_concurrency IS NOT NULL
+    ORDER BY name
+) AS limited;
+
+
+-- name: jobs_claim
+-- Claim up to limit due jobs in one statement. Per queue, a LATERAL index scan of the claim
+-- index in claim order takes at most that queue's room (limit, or what its max_concurrency
+-- leaves), skipping rows another claimer has locked; the union is cut to limit in the global
+-- order. A row locked here but cut by the outer LIMIT stays pending and is unlocked at commit.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+room AS (
+    SELECT w.queue,
+           CASE
+               WHEN q.max_concurrency IS NULL THEN %(limit)s::int8
+               ELSE least(%(limit)s::int8, greatest(q.max_concurrency - (
+                   SELECT count(*) FROM jobs_running AS r WHERE r.queue = w.queue
+               ), 0))
+           END AS n
+    FROM unnest(%(queues)s::text[]) AS w (queue)
+    LEFT JOIN queues AS q ON q.name = w.queue
+    WHERE q.paused IS NOT TRUE
+),
+picked AS (
+    SELECT p.id, p.priority, p.run_at
+    FROM room CROSS JOIN clock CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM jobs_pending AS j
+        WHERE j.queue = room.queue AND j.run_at <= clock.now
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT room.n
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS p
+    ORDER BY p.priority DESC, p.run_at, p.id
+    LIMIT %(limit)s::int8
+),
+claimed AS (
+    UPDATE jobs AS j
+    SET status = 'running', attempts = j.attempts + 1, started_at = clock.now,
+        worker_id = %(worker_id)s::text, token = gen_random_uuid()::text,
+        lease_expires_at = clock.now + j.lease
+    FROM picked, clock
+    WHERE j.status = 'pending' AND j.id = picked.id
+    RETURNING j.id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.backoff,
+              j.timeout, j.lease, j.token, j.delivery, j.parent_id, j.priority, j.run_at
+)
+SELECT id, name, queue, payload, attempts, max_attempts, backoff, timeout, lease, token,
+       delivery, parent_id
+FROM claimed
+ORDER BY priority DESC, run_at, id;
+
+
+-- name: jobs_ack
+-- Settle a batch: each outcome applies only while the job is running under that token.
+-- Returns the ids that were refused (stale).
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+input AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::int8[], %(tokens)s::text[], %(kinds)s::text[], %(results)s::text[],
+        %(errors)s::text[], %(delays)s::float8[]
+    ) AS i (id, token, kind, result, error, delay)
+),
+settled AS (
+    UPDATE jobs AS j
+    SET status = CASE i.kind
+                     WHEN 'completed' THEN 'completed'
+                     WHEN 'failed' THEN 'failed'
+                     ELSE 'pending'
+                 END,
+        result = CASE WHEN i.kind = 'completed' THEN i.result ELSE j.result END,
+        error = CASE WHEN i.kind IN ('retry', 'failed') THEN i.error ELSE j.error END,
+        finished_at = CASE WHEN i.kind IN ('completed', 'failed') THEN clock.now END,
+        run_at = CASE i.kind
+                     WHEN 'retry' THEN clock.now + i.delay
+                     WHEN 'release' THEN clock.now
+                     ELSE j.run_at
+                 END,
+        attempts = CASE WHEN i.kind = 'release' THEN j.attempts - 1 ELSE j.attempts END,
+        token = NULL,
+        lease_expires_at = NULL
+    FROM input AS i, clock
+    WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
+    RETURNING j.id, j.status, j.queue, j.idempotency_key, j.run_at <= clock.now AS due
+),
+freed AS (
+    DELETE FROM job_keys AS k
+    USING settled AS s
+    WHERE s.status IN ('completed', 'failed')
+      AND k.queue = s.queue AND k.key = s.idempotency_key AND k.job_id = s.id
+),
+-- A released job (or a retry without delay) is due now: wake the workers of its queue.
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+    FROM (SELECT DISTINCT queue FROM settled WHERE status = 'pending' AND due) AS d
+)
+SELECT i.id
+FROM input AS i
+WHERE NOT EXISTS (SELECT 1 FROM settled AS s WHERE s.id = i.id)
+  AND (SELECT count(*) FROM notified) >= 0;
+
+
+-- name: leases_renew
+-- Heartbeat. lease_expires_at is in no index, so with the running partition's free space
+-- this is a HOT update. Returns the ids whose lease was lost.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+input AS (
+    SELECT * FROM unnest(%(ids)s::int8[], %(tokens)s::text[]) AS i (id, token)
+),
+renewed AS (
+    UPDATE jobs AS j
+    SET lease_expires_at = clock.now + j.lease
+    FROM input AS i, clock
+    WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
+    RETURNING j.id
+)
+SELECT i.id FROM input AS i WHERE NOT EXISTS (SELECT 1 FROM renewed AS r WHERE r.id = i.id);
+
+
+-- name: leases_reap
+-- Recover running jobs whose lease lapsed. The running partition is small (bounded by the
+-- workers' total concurrency), so it is scanned rather than indexed by lease_expires_at
+-- (which would make every renewal a non-HOT update). SKIP LOCKED: a job whose settlement is
+-- in flight is left to it, and two reapers share the work.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+lapsed AS (
+    SELECT j.id
+    FROM jobs_running AS j, clock
+    WHERE j.lease_expires_at < clock.now
+    ORDER BY j.lease_expires_at, j.id
+    LIMIT %(limit)s::int8
+    FOR UPDATE OF j SKIP LOCKED
+),
+reaped AS (
+    UPDATE jobs AS j
+    SET status = CASE
+                     WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
+                     THEN 'failed' ELSE 'pending'
+                 END,
+        error = CASE
+                    WHEN j.delivery = 'at_most_once' THEN %(at_most_once_error)s::text
+                    ELSE %(lease_error)s::text
+                END,
+        finished_at = CASE
+                          WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
+                          THEN clock.now
+                      END,
+        run_at = CASE
+                     WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
+                     THEN j.run_at ELSE clock.now
+                 END,
+        token = NULL,
+        lease_expires_at = NULL
+    FROM lapsed, clock
+    WHERE j.status = 'running' AND j.id = lapsed.id
+    RETURNING j.id, j.status, j.queue, j.idempotency_key
+),
+freed AS (
+    DELETE FROM job_keys AS k
+    USING reaped AS r
+    WHERE r.status = 'failed'
+      AND k.queue = r.queue AND k.key = r.idempotency_key AND k.job_id = r.id
+),
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+    FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'pending') AS d
+)
+SELECT id, status FROM reaped WHERE (SELECT count(*) FROM notified) >= 0 ORDER BY id;
+
+
+-- name: queues_configure
+INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused)
+VALUES (%(name)s, %(max_concurrency)s::int4, %(max_attempts)s::int4, %(backoff)s::text,
+        %(max_pending)s::int4, %(paused)s::bool)
+ON CONFLICT (name) DO UPDATE
+SET max_concurrency = excluded.max_concurrency,
+    max_attempts = excluded.max_attempts,
+    backoff = excluded.backoff,
+    max_pending = excluded.max_pending,
+    paused = excluded.paused;
+
+
+-- name: queues_list
+SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused
+FROM queues
+ORDER BY name;
+
+
+-- name: workers_beat
+-- Register or refresh (or, stopping, remove) one worker, and forget the silent ones. The
+-- forgetting skips the beating worker's own row: one statement must not both delete and
+-- upsert a row.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+forgotten AS (
+    DELETE FROM workers AS w
+    USING clock
+    WHERE w.id <> %(id)s::text AND w.last_seen < clock.now - %(forget_after)s::float8
+),
+stopped AS (
+    DELETE FROM workers WHERE id = %(id)s::text AND %(stopping)s::bool
+),
+beat AS (
+    INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_seen)
+    SELECT %(id)s::text, %(host)s::text, %(pid)s::int4, %(queues)s::text[],
+           %(concurrency)s::int4, %(started_at)s::float8, clock.now
+    FROM clock
+    WHERE NOT %(stopping)s::bool
+    ON CONFLICT (id) DO UPDATE
+    SET host = excluded.host, pid = excluded.pid, queues = excluded.queues,
+        concurrency = excluded.concurrency, started_at = excluded.started_at,
+        last_seen = excluded.last_seen
+)
+SELECT 1;
+
+
+-- name: workers_list
+SELECT id, host, pid, queues, concurrency, started_at, last_seen
+FROM workers
+ORDER BY started_at, id;
+
+
+-- name: stats_get
+-- Rows of (queue, kind, n): kind is a status (a count), 'configured' (a queue with settings),
+-- or 'recent' (completions in the last minute). An empty queues array means every queue.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+)
+SELECT queue, status, count(*)
+FROM jobs
+WHERE cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[])
+GROUP BY queue, status
+UNION ALL
+SELECT name, 'configured', 0
+FROM queues
+WHERE cardinality(%(queues)s::text[]) = 0 OR name = ANY(%(queues)s::text[])
+UNION ALL
+SELECT c.queue, 'recent', count(*)
+FROM jobs_completed AS c, clock
+WHERE c.finished_at >= clock.now - 60
+  AND (cardinality(%(queues)s::text[]) = 0 OR c.queue = ANY(%(queues)s::text[]))
+GROUP BY c.queue;
+
+
+-- name: clock_now
+SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8);
+
+
+-- name: schedules_sync
+-- Make the stored schedules those given. An unchanged one (same cron, same job text) keeps its
+-- stored next and last run, so a restart neither fires a tick twice nor skips one; a new or
+-- changed one starts at the given next run. The others are deactivated, not deleted.
+WITH given AS (
+    SELECT *
+    FROM unnest(
+        %(names)s::text[], %(crons)s::text[], %(jobs)s::text[], %(next_run_ats)s::float8[]
+    ) AS g (name, cron, job, next_run_at)
+),
+deactivated AS (
+    UPDATE recurring_jobs
+    SET active = false
+    WHERE active AND name <> ALL(%(names)s::text[])
+),
+upserted AS (
+    INSERT INTO recurring_jobs AS r (name, cron, job, active, next_run_at, last_run_at)
+    SELECT name, cron, job, true, next_run_at, NULL FROM given
+    ON CONFLICT (name) DO UPDATE
+    SET active = true,
+        next_run_at = CASE
+            WHEN r.cron = excluded.cron AND r.job = excluded.job THEN r.next_run_at
+            ELSE excluded.next_run_at
+        END,
+        last_run_at = CASE
+            WHEN r.cron = excluded.cron AND r.job = excluded.job THEN r.last_run_at
+        END,
+        cron = excluded.cron,
+        job = excluded.job
+)
+SELECT 1;
+
+
+-- name: schedules_list
+SELECT name, cron, job, active, next_run_at, last_run_at
+FROM recurring_jobs
+ORDER BY name;
+
+
+-- name: schedules_advance
+-- The compare-and-set of a tick (1 ms tolerance: a float may round on its way through another
+-- store). The UPDATE locks the row, so a concurrent firer waits and then re-reads the moved
+-- next_run_at (READ COMMITTED rechecks the updated row) and matches nothing. It runs in the
+-- transaction that inserts the tick's job, so a refused insert (QueueFull) undoes it.
+UPDATE recurring_jobs
+SET next_run_at = %(next_at)s::float8, last_run_at = %(fire_at)s::float8
+WHERE name = %(name)s::text
+  AND active
+  AND next_run_at IS NOT NULL
+  AND abs(next_run_at - %(fire_at)s::float8) <= 0.001
+RETURNING job;
+
+
+-- name: schema_create
+-- Composed with psycopg.sql (the schema is an identifier, which no parameter can carry).
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+
+-- name: migrations_lock
+-- A session advisory lock, so two hosts running `jobyard migrate` at once take turns.
+SELECT pg_advisory_lock(hashtextextended(%(key)s::text, 0));
+
+
+-- name: migrations_unlock
+SELECT pg_advisory_unlock(hashtextextended(%(key)s::text, 0));
+
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS jobyard_migrations (
+    name       text   PRIMARY KEY,
+    applied_at float8 NOT NULL DEFAULT extract(epoch FROM clock_timestamp())
+);
+
+
+-- name: migrations_applied
+SELECT name FROM jobyard_migrations ORDER BY name;
+
+
+-- name: migrations_record
+INSERT INTO jobyard_migrations (name) VALUES (%(name)s::text);
+
+
+-- name: current_schema
+SELECT current_schema();
+
+
+-- name: listen
+LISTEN jobyard;
+
+
+-- name: ping
+SELECT 1;
+
+
+-- name: savepoint
+SAVEPOINT jobyard;
+
+
+-- name: savepoint_release
+RELEASE SAVEPOINT jobyard;
+
+
+-- name: savepoint_rollback
+ROLLBACK TO SAVEPOINT jobyard;
+
+
+-- name: search_path_save
+-- On a caller's connection (transactional enqueue and completion) the jobyard schema may not
+-- be on its search_path: remember the caller's own, set ours (search_path_set), and put the
+-- caller's back afterwards (search_path_restore). All transaction-local, as SET LOCAL is.
+SELECT set_config('jobyard.saved_search_path', current_setting('search_path'), true);
+
+
+-- name: search_path_set
+SELECT set_config('search_path', %(search_path)s::text, true);
+
+
+-- name: search_path_restore
+SELECT set_config('search_path', current_setting('jobyard.saved_search_path'), true);
