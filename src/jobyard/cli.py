@@ -167,18 +167,32 @@ def job_to_dict(job: Job) -> dict[str, Any]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="jobyard", prog_name="jobyard")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """jobyard: a job queue where an accepted job is never lost and every outcome is visible.
 
     APP is module:attribute, e.g. myproject.tasks:app. The store is the App's URL
     ($JOBYARD_URL, else sqlite:///jobyard.db).
     """
+    if ctx.invoked_subcommand != "worker":  # the worker sets up logging from --log-level
+        # A one-shot command reports its outcome, not a store client's retries along the way.
+        debug = bool(os.environ.get("JOBYARD_DEBUG"))
+        logging.basicConfig(
+            level=logging.DEBUG if debug else logging.ERROR,
+            format="%(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+
+
+_loaded: list[App] = []  # the App this command loaded, so an error can name its store
 
 
 def _app(ref: str) -> App:
     """Load APP; whatever goes wrong in the user's module is one line (JOBYARD_DEBUG=1: all)."""
     try:
-        return load_app(ref)
+        app = load_app(ref)
+        _loaded.append(app)
+        return app
     except JobyardError:
         raise
     except Exception as exc:
@@ -650,6 +664,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if isinstance(exc, JobyardError):  # QueueFull, SchemaError: input fine, the store refused
             _fail(str(exc), EXIT_FAILURE)
         if _is_store_error(exc):
-            _fail(f"the store failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
+            store = f" {mask_url(_loaded[-1].url)}" if _loaded else ""
+            _fail(f"the store{store} failed: {type(exc).__name__}: {exc}", EXIT_FAILURE)
         raise
     sys.exit(code if isinstance(code, int) else 0)

@@ -358,16 +358,32 @@ def test_unknown_url_scheme_lists_the_supported_ones_and_hides_the_password(cli:
     assert "admin:***@db.example" in line
 
 
-@pytest.mark.parametrize(
-    "url", ["postgresql://admin:hunter2@127.0.0.1:1/shop", "redis://:hunter2@127.0.0.1:1/0"]
-)
-def test_an_unreachable_store_is_one_line_without_the_password(cli: Cli, url: str) -> None:
-    done = cli("status", APP, env={"JOBYARD_URL": url}, timeout=60)
+def test_an_unreachable_store_is_one_line_without_the_password(cli: Cli) -> None:
+    pytest.importorskip("jobyard.backends.redis.backend")
+    url = "redis://:hunter2@127.0.0.1:1/0?retry_for=0.5"  # nothing listens on port 1
 
-    assert done.returncode in (1, 2), done.stderr
+    done = cli("status", APP, env={"JOBYARD_URL": url})
+
+    assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
-    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: ")
+    assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
     assert "hunter2" not in done.stdout + done.stderr
+    assert "redis://:***@127.0.0.1:1/0" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("at postgresql://admin:hunter2@db:5432/x failed", "postgresql://admin:***@db:5432/x"),
+        ("redis://:hunter2@h:6379/0 and rediss://u:p@h2/1", "redis://:***@h:6379/0"),
+        ("no url here", "no url here"),
+    ],
+)
+def test_error_lines_mask_url_passwords(message: str, shown: str) -> None:
+    from jobyard.cli import _scrub
+
+    assert shown in _scrub(message)
+    assert "hunter2" not in _scrub(message) and ":p@" not in _scrub(message)
 
 
 # --- the demo -----------------------------------------------------------------------------------
