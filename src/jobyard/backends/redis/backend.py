@@ -69,7 +69,7 @@ from ..base import (
     WorkerInfo,
     WorkersBeatParams,
 )
-from . import _schedules
+from . import _admin, _schedules
 from ._connection import TRANSIENT, Scripts, call, make_client, parse_url
 from .keys import QUEUE_RE, Keys, parse_job_id
 from .keys import job_id as make_id
@@ -539,104 +539,23 @@ class RedisBackend:
 
     def queues_configure(self, config: QueueConfig) -> None:
         """Create or replace a queue's settings."""
-        if not QUEUE_RE.match(config.name):
-            raise ConfigurationError(f"invalid queue name {config.name!r}")
-        settings = {
-            "max_concurrency": config.max_concurrency,
-            "max_attempts": config.max_attempts,
-            "backoff": config.backoff,
-            "max_pending": config.max_pending,
-            "paused": "1" if config.paused else None,
-        }
-        self._run("queues_configure", self.keys.queue(config.name), [config.name, _dumps(settings)])
-        self._call(lambda: self.client.sadd(self.keys.queues, config.name))
+        _admin.queues_configure(self, config)
 
     def queues_list(self) -> list[QueueConfig]:
         """Every configured queue, by name."""
-        names = self._known_queues()
-        if not names:
-            return []
-
-        def fetch() -> list[dict[str, str]]:
-            pipe = self.client.pipeline(transaction=False)
-            for q in names:
-                pipe.hgetall(self.keys.queue(q)[0])
-            return cast(list[dict[str, str]], pipe.execute())
-
-        out = []
-        for q, h in zip(names, self._call(fetch), strict=True):
-            if not h:
-                continue
-            out.append(
-                QueueConfig(
-                    name=q,
-                    max_concurrency=int(h["max_concurrency"]) if "max_concurrency" in h else None,
-                    max_attempts=int(h["max_attempts"]) if "max_attempts" in h else None,
-                    backoff=h.get("backoff"),
-                    max_pending=int(h["max_pending"]) if "max_pending" in h else None,
-                    paused=h.get("paused") == "1",
-                )
-            )
-        return out
+        return _admin.queues_list(self)
 
     def workers_beat(self, params: WorkersBeatParams) -> None:
         """Register, refresh or remove a worker; forget the silent ones."""
-        w = params.worker
-        info = _dumps(
-            {
-                "host": w.host,
-                "pid": w.pid,
-                "queues": list(w.queues),
-                "concurrency": w.concurrency,
-                "started_at": w.started_at,
-            }
-        )
-        args = [
-            self._now(),
-            w.id,
-            info,
-            "1" if params.stopping else "",
-            repr(float(params.forget_after)),
-        ]
-        self._run("workers_beat", [self.keys.workers, self.keys.workers_info], args)
+        _admin.workers_beat(self, params)
 
     def workers_list(self) -> list[WorkerInfo]:
         """Registered workers, oldest first."""
-        reply = self._run("workers_list", [self.keys.workers, self.keys.workers_info], [])
-        out = []
-        for i in range(0, len(reply), 3):
-            info = json.loads(reply[i + 2])
-            out.append(
-                WorkerInfo(
-                    id=reply[i],
-                    host=info["host"],
-                    pid=int(info["pid"]),
-                    queues=tuple(info["queues"]),
-                    concurrency=int(info["concurrency"]),
-                    started_at=float(info["started_at"]),
-                    last_seen=float(reply[i + 1]),
-                )
-            )
-        out.sort(key=lambda w: w.started_at)
-        return out
+        return _admin.workers_list(self)
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
-        names = self._known_queues()
-        if params.queues:
-            wanted = set(params.queues)
-            names = [q for q in names if q in wanted]
-        out = []
-        for batch in self._slices(names):
-            reply = self._run("stats_get", self._group_keys(batch), [self._now(), str(len(batch))])
-            for g, q in enumerate(batch):
-                row = [int(v) for v in reply[g * 7 : g * 7 + 7]]
-                if not any(row[:5]) and not row[6]:
-                    continue
-                counts = dict(zip(STATUSES, row[:5], strict=True))
-                out.append(QueueStats(q, counts, row[5]))
-        out.sort(key=lambda s: s.queue)
-        return out
+        return _admin.stats_get(self, params)
 
     # time and recurring jobs --------------------------------------------------------------------
 

@@ -1,0 +1,123 @@
+"""Queue settings, the worker registry and per-queue counts on Redis."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, cast
+
+from ...errors import ConfigurationError
+from ..base import STATUSES, QueueConfig, QueueStats, StatsParams, WorkerInfo, WorkersBeatParams
+from .keys import QUEUE_RE
+
+if TYPE_CHECKING:
+    from .backend import RedisBackend
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def queues_configure(b: RedisBackend, config: QueueConfig) -> None:
+    """Create or replace a queue's settings."""
+    if not QUEUE_RE.match(config.name):
+        raise ConfigurationError(f"invalid queue name {config.name!r}")
+    settings = {
+        "max_concurrency": config.max_concurrency,
+        "max_attempts": config.max_attempts,
+        "backoff": config.backoff,
+        "max_pending": config.max_pending,
+        "paused": "1" if config.paused else None,
+    }
+    b._run("queues_configure", b.keys.queue(config.name), [config.name, _dumps(settings)])
+    b._call(lambda: b.client.sadd(b.keys.queues, config.name))
+
+
+def queues_list(b: RedisBackend) -> list[QueueConfig]:
+    """Every configured queue, by name."""
+    names = b._known_queues()
+    if not names:
+        return []
+
+    def fetch() -> list[dict[str, str]]:
+        pipe = b.client.pipeline(transaction=False)
+        for q in names:
+            pipe.hgetall(b.keys.queue(q)[0])
+        return cast(list[dict[str, str]], pipe.execute())
+
+    out = []
+    for q, h in zip(names, b._call(fetch), strict=True):
+        if not h:
+            continue
+        out.append(
+            QueueConfig(
+                name=q,
+                max_concurrency=int(h["max_concurrency"]) if "max_concurrency" in h else None,
+                max_attempts=int(h["max_attempts"]) if "max_attempts" in h else None,
+                backoff=h.get("backoff"),
+                max_pending=int(h["max_pending"]) if "max_pending" in h else None,
+                paused=h.get("paused") == "1",
+            )
+        )
+    return out
+
+
+def workers_beat(b: RedisBackend, params: WorkersBeatParams) -> None:
+    """Register, refresh or remove a worker; forget the silent ones."""
+    w = params.worker
+    info = _dumps(
+        {
+            "host": w.host,
+            "pid": w.pid,
+            "queues": list(w.queues),
+            "concurrency": w.concurrency,
+            "started_at": w.started_at,
+        }
+    )
+    args = [
+        b._now(),
+        w.id,
+        info,
+        "1" if params.stopping else "",
+        repr(float(params.forget_after)),
+    ]
+    b._run("workers_beat", [b.keys.workers, b.keys.workers_info], args)
+
+
+def workers_list(b: RedisBackend) -> list[WorkerInfo]:
+    """Registered workers, oldest first."""
+    reply = b._run("workers_list", [b.keys.workers, b.keys.workers_info], [])
+    out = []
+    for i in range(0, len(reply), 3):
+        info = json.loads(reply[i + 2])
+        out.append(
+            WorkerInfo(
+                id=reply[i],
+                host=info["host"],
+                pid=int(info["pid"]),
+                queues=tuple(info["queues"]),
+                concurrency=int(info["concurrency"]),
+                started_at=float(info["started_at"]),
+                last_seen=float(reply[i + 1]),
+            )
+        )
+    out.sort(key=lambda w: w.started_at)
+    return out
+
+
+def stats_get(b: RedisBackend, params: StatsParams) -> list[QueueStats]:
+    """Counts by status for each queue that has jobs or a configuration."""
+    names = b._known_queues()
+    if params.queues:
+        wanted = set(params.queues)
+        names = [q for q in names if q in wanted]
+    out = []
+    for batch in b._slices(names):
+        reply = b._run("stats_get", b._group_keys(batch), [b._now(), str(len(batch))])
+        for g, q in enumerate(batch):
+            row = [int(v) for v in reply[g * 7 : g * 7 + 7]]
+            if not any(row[:5]) and not row[6]:
+                continue
+            counts = dict(zip(STATUSES, row[:5], strict=True))
+            out.append(QueueStats(q, counts, row[5]))
+    out.sort(key=lambda s: s.queue)
+    return out
