@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -66,3 +68,51 @@ def raw(backend: SQLiteBackend) -> Iterator[sqlite3.Connection]:
     conn = sqlite3.connect(backend.path, isolation_level=None, timeout=10)
     yield conn
     conn.close()
+
+
+class Child:
+    """A helper process started with ``spawn`` that runs until its ``stop`` event is set."""
+
+    def __init__(self, target: Callable[..., None], *args: object) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.stop = ctx.Event()
+        self.results = ctx.Queue()
+        self.proc = ctx.Process(target=target, args=(*args, self.stop, self.results))
+        self.proc.start()
+
+    def finish(self, timeout: float = 30) -> object:
+        """Stop the child and return what it reported."""
+        self.stop.set()
+        kind, _, value = self.results.get(timeout=timeout)
+        self.proc.join(timeout)
+        assert kind == "ok", value
+        return value
+
+
+@pytest.fixture
+def spawn_child() -> Iterator[Callable[..., Child]]:
+    """Start helper processes; any still running at teardown are stopped, then killed."""
+    children: list[Child] = []
+
+    def start(target: Callable[..., None], *args: object) -> Child:
+        child = Child(target, *args)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.stop.set()
+        child.proc.join(10)
+        if child.proc.is_alive():
+            child.proc.kill()
+            child.proc.join(5)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 15.0, what: str = "") -> object:
+    """Poll ``predicate`` until it is truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.01)
+    return value

@@ -14,6 +14,8 @@ from ...errors import ConfigurationError, JobyardError
 PREFIX = "sqlite:///"
 BUSY_TIMEOUT = 10.0  # seconds a statement waits for another connection's write lock
 
+_ABANDONED: list[sqlite3.Connection] = []  # inherited over a fork: never used, never closed
+
 
 def parse_url(url: str) -> str:
     """The absolute path of the database file a ``sqlite:///`` URL names.
@@ -71,10 +73,12 @@ class Connections:
             if self._closed:
                 raise JobyardError(f"the SQLite store {self.path} is closed")
             if self._pid != os.getpid():
-                # A forked child must not touch its parent's connections (SQLite forbids
-                # carrying them over a fork; closing one could even checkpoint and delete the
-                # parent's WAL file). Abandon them and start afresh.
+                # A forked child must not use its parent's connections (SQLite forbids carrying
+                # them over a fork), nor close them: closing a file descriptor drops every POSIX
+                # lock this process holds on the file, those of its new connections included.
+                # Keep them referenced, unused, for the life of the child.
                 self._pid = os.getpid()
+                _ABANDONED.extend(conn for _, conn in self._all)
                 self._local = threading.local()
                 self._all = []
             self._close_orphans()
@@ -100,6 +104,8 @@ class Connections:
             if self._pid == os.getpid():
                 for _, conn in self._all:
                     conn.close()
+            else:
+                _ABANDONED.extend(conn for _, conn in self._all)
             self._all = []
             self._local = threading.local()
 
@@ -132,24 +138,34 @@ def connect(path: str) -> sqlite3.Connection:
 
 
 @contextlib.contextmanager
-def write(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def write(conn: sqlite3.Connection, writer: threading.Lock) -> Iterator[sqlite3.Connection]:
     """A write transaction that holds SQLite's write lock from its first statement.
 
-    ``BEGIN IMMEDIATE`` takes the lock up front (waiting up to the busy timeout for it). A plain
-    ``BEGIN`` would read first and try to upgrade later, and in WAL mode a reader whose snapshot
-    went stale meanwhile gets SQLITE_BUSY at once, busy timeout or not; a claim's read, count
-    and update must also see one state, which only the lock guarantees.
+    ``writer`` queues the threads of this process first (see ``_shared``); waiting for it counts
+    against the same busy timeout SQLite would apply.
+
+    ``BEGIN IMMEDIATE`` takes SQLite's lock up front (waiting up to the busy timeout for it). A
+    plain ``BEGIN`` would read first and try to upgrade later, and in WAL mode a reader whose
+    snapshot went stale meanwhile gets SQLITE_BUSY at once, busy timeout or not; a claim's read,
+    count and update must also see one state, which only the lock guarantees.
     """
-    conn.execute("BEGIN IMMEDIATE")
+    if not writer.acquire(timeout=BUSY_TIMEOUT):
+        raise sqlite3.OperationalError(
+            f"database is locked: another thread held the write lock for {BUSY_TIMEOUT}s"
+        )
     try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        # Whatever failed, never leave the thread's connection inside a transaction: its next
-        # BEGIN would fail, and an open write transaction would block every other writer.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            # Whatever failed, never leave the thread's connection inside a transaction: its
+            # next BEGIN would fail, and an open write transaction blocks every other writer.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    finally:
+        writer.release()
 
 
 @contextlib.contextmanager

@@ -1,9 +1,17 @@
-"""The in-process half of the SQLite push signal.
+"""What the backends of one process share per database file: the in-process half of the push
+signal, and the lock that queues this process's writers.
 
-Producers and workers that share a process share one :class:`Signal` per database file: a commit
-that may make a job due bumps a counter and wakes every waiter at once, with no polling. Other
-processes cannot see this object; they notice the commit through ``PRAGMA data_version``
-(see ``SQLiteBackend.jobs_wait``).
+Push signal: producers and workers that share a process share one :class:`Shared` per database
+file; a commit that may make a job due bumps a counter and wakes every waiter at once, with no
+polling. Other processes cannot see this object; they notice the commit through
+``PRAGMA data_version`` (see ``SQLiteBackend.jobs_wait``).
+
+Writer lock: SQLite's own wait for its write lock is a busy handler that sleeps 1, 2, 5, 10...
+ms between attempts, so a thread that finds the lock taken by a sibling thread (the completer
+acking while the producer claims) would sleep a millisecond or more for a transaction that
+lasts tens of microseconds. Queueing the threads of one process on a lock of our own wakes the
+next one the moment the previous one commits; SQLite's busy handler is left to arbitrate
+between processes only.
 """
 
 from __future__ import annotations
@@ -15,11 +23,12 @@ from collections.abc import Iterable, Sequence
 ANY = "*"  # a change that may concern every queue (an ack, a reap)
 
 
-class Signal:
-    """Per-queue change counters guarded by one condition variable."""
+class Shared:
+    """Per-queue change counters guarded by one condition variable, and the writer lock."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
+        self.writer = threading.Lock()
         self._seq: dict[str, int] = {}
 
     def notify(self, queues: Iterable[str] | None = None) -> None:
@@ -35,22 +44,22 @@ class Signal:
         return (seq.get(ANY, 0), *(seq.get(q, 0) for q in queues))
 
 
-_registry: dict[tuple[int, str], Signal] = {}
+_registry: dict[tuple[int, str], Shared] = {}
 _registry_lock = threading.Lock()
 
 
-def signal_for(path: str) -> Signal:
-    """The signal of the database file at ``path`` (absolute, resolved) in this process.
+def shared_for(path: str) -> Shared:
+    """The shared state of the database file at ``path`` (absolute, resolved) in this process.
 
-    Keyed by pid as well: a child forked while a parent thread held a condition must not
-    inherit that locked condition.
+    Keyed by pid as well: a child forked while a parent thread held a lock must not inherit that
+    locked lock.
     """
     key = (os.getpid(), path)
     with _registry_lock:
-        signal = _registry.get(key)
-        if signal is None:
-            signal = _registry[key] = Signal()
-        return signal
+        shared = _registry.get(key)
+        if shared is None:
+            shared = _registry[key] = Shared()
+        return shared
 
 
 def _after_fork_in_child() -> None:

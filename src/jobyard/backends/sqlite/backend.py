@@ -7,7 +7,7 @@ max_pending, a re-drive checking an idempotency key) is atomic across every thre
 Readers use WAL snapshots and never wait. Each thread has its own connection.
 
 Push signal. An insert commits, then wakes waiters in the same process through a condition
-variable (``_signal``); waiters also poll ``PRAGMA data_version`` every few milliseconds, which
+variable (``_shared``); waiters also poll ``PRAGMA data_version`` every few milliseconds, which
 changes when another connection (another process) commits, and then check cheaply whether one of
 their queues has a due job.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ from ..base import (
     WorkersBeatParams,
 )
 from ._connection import Connections, parse_url, read, write
-from ._signal import signal_for
+from ._shared import Shared, shared_for
 from ._sql import migrations, queries
 
 FINISHED = frozenset({"completed", "failed", "cancelled"})
@@ -91,8 +92,17 @@ class SQLiteBackend:
         self.path = parse_url(url)
         self._q = queries()
         self._conns = Connections(self.path)
-        self._signal = signal_for(self.path)
+        self._pid = os.getpid()
+        self._state = shared_for(self.path)
         self.schema_migrate()
+
+    @property
+    def _shared(self) -> Shared:
+        # Re-fetched in a forked child: the parent's copy may hold a lock no thread will release.
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._state = shared_for(self.path)
+        return self._state
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.url!r})"
@@ -121,7 +131,7 @@ class SQLiteBackend:
         if not self._missing(conn):
             return []
         applied: list[str] = []
-        with write(conn):
+        with write(conn, self._shared.writer):
             conn.execute(self._q["migrations_init"])
             done = {r[0] for r in conn.execute(self._q["migrations_applied"])}
             for migration in migrations():
@@ -156,11 +166,11 @@ class SQLiteBackend:
         if not params.jobs:
             return []
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             out, touched = self._insert(conn, self._now(conn), params.jobs)
         # After COMMIT: a woken worker must find the jobs there.
         if touched:
-            self._signal.notify(touched)
+            self._shared.notify(touched)
         return out
 
     def _insert(
@@ -249,7 +259,7 @@ class SQLiteBackend:
         if key is None:
             raise JobNotFound(job_id)
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             row = conn.execute(
                 self._q["jobs_cancel"], {"id": key, "now": self.clock.now()}
             ).fetchone()
@@ -269,7 +279,7 @@ class SQLiteBackend:
             raise JobNotFound(job_id)
         q = self._q
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
@@ -288,7 +298,7 @@ class SQLiteBackend:
                         f"{rec.idempotency_key!r}: job {job_id} cannot be retried while it does"
                     )
             row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
-        self._signal.notify((rec.queue,))
+        self._shared.notify((rec.queue,))
         return _record(row)
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
@@ -302,7 +312,7 @@ class SQLiteBackend:
         if not statuses:
             return 0
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             cursor = conn.execute(
                 self._q["jobs_purge"],
                 {
@@ -321,7 +331,7 @@ class SQLiteBackend:
         if params.limit <= 0 or not params.queues:
             return []
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             rows = conn.execute(
                 self._q["jobs_claim"],
                 {
@@ -365,7 +375,7 @@ class SQLiteBackend:
         q = self._q
         conn = self._conns.get()
         stale: list[str] = []
-        with write(conn):
+        with write(conn, self._shared.writer):
             now = self._now(conn)
             # One execution per outcome, not executemany: the per-row rowcount is what tells an
             # applied outcome from a stale one, and all of them still commit once.
@@ -396,7 +406,7 @@ class SQLiteBackend:
         if len(stale) < len(params.outcomes):
             # A retry or release makes a job due again, and any settled job frees a slot of
             # its queue's max_concurrency: idle workers should look.
-            self._signal.notify()
+            self._shared.notify()
         return stale
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
@@ -406,7 +416,7 @@ class SQLiteBackend:
         conn = self._conns.get()
         q = self._q
         version = conn.execute(q["data_version"]).fetchone()[0]
-        signal = self._signal
+        signal = self._shared
         with signal.cond:
             seen = signal.snapshot(queues)
         while True:
@@ -438,7 +448,7 @@ class SQLiteBackend:
         conn = self._conns.get()
         sql = self._q["leases_renew"]
         lost: list[str] = []
-        with write(conn):
+        with write(conn, self._shared.writer):
             now = self._now(conn)
             for job_id, token in params.jobs:
                 key = _parse_id(job_id)
@@ -452,7 +462,7 @@ class SQLiteBackend:
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover running jobs whose lease lapsed, in one statement."""
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             rows = conn.execute(
                 self._q["leases_reap"],
                 {
@@ -464,7 +474,7 @@ class SQLiteBackend:
             ).fetchall()
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
-            self._signal.notify()
+            self._shared.notify()
         return [Reaped(str(r[0]), r[1]) for r in rows]
 
     # queues, workers, stats -------------------------------------------------------------------
@@ -472,7 +482,7 @@ class SQLiteBackend:
     def queues_configure(self, config: QueueConfig) -> None:
         """Create or replace a queue's settings."""
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             conn.execute(
                 self._q["queues_configure"],
                 {
@@ -485,7 +495,7 @@ class SQLiteBackend:
                 },
             )
         # Resuming a queue or raising its max_concurrency can make waiting jobs claimable.
-        self._signal.notify((config.name,))
+        self._shared.notify((config.name,))
 
     def queues_list(self) -> list[QueueConfig]:
         """Every configured queue, by name."""
@@ -507,7 +517,7 @@ class SQLiteBackend:
         q = self._q
         worker = params.worker
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             now = self._now(conn)
             if params.stopping:
                 conn.execute(q["workers_delete"], {"id": worker.id})
@@ -572,7 +582,7 @@ class SQLiteBackend:
         """Store the app's schedules in one transaction; the others are deactivated."""
         q = self._q
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             names = json.dumps([s.name for s in params.schedules])
             conn.execute(q["schedules_deactivate"], {"names": names})
             for sched in params.schedules:
@@ -605,7 +615,7 @@ class SQLiteBackend:
         """Move the schedule past ``fire_at`` and insert its job, atomically; None if the tick
         was fired already (by another worker) or the schedule is gone or inactive."""
         conn = self._conns.get()
-        with write(conn):
+        with write(conn, self._shared.writer):
             row = conn.execute(
                 self._q["schedules_advance"],
                 {"name": params.name, "fire_at": params.fire_at, "next_at": params.next_at},
@@ -619,7 +629,7 @@ class SQLiteBackend:
             # due and fires once the queue has room.
             (inserted,), touched = self._insert(conn, self._now(conn), [job])
         if touched:
-            self._signal.notify(touched)
+            self._shared.notify(touched)
         return inserted
 
     def close(self) -> None:

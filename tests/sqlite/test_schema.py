@@ -1,0 +1,199 @@
+"""Opening a store: URLs, connection settings, migrations, and the SQL files themselves."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from jobyard.backends import open_backend as open_by_url
+from jobyard.backends.sqlite import _sql
+from jobyard.backends.sqlite.backend import SQLiteBackend
+from jobyard.clock import SystemClock
+from jobyard.errors import ConfigurationError, SchemaError
+
+MIGRATIONS = ["0001_initial", "0002_schedules"]
+
+
+# --- URLs ------------------------------------------------------------------------------------
+
+
+def test_a_relative_url_is_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_backend: Callable[..., SQLiteBackend]
+) -> None:
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    backend = open_backend(at="sqlite:///data/jobs.db")
+    assert backend.path == str((tmp_path / "data" / "jobs.db").resolve())
+    assert (tmp_path / "data" / "jobs.db").is_file()
+
+
+def test_an_absolute_url_has_four_slashes(
+    tmp_path: Path, open_backend: Callable[..., SQLiteBackend]
+) -> None:
+    backend = open_backend(at=f"sqlite:///{tmp_path}/abs.db")  # tmp_path starts with "/"
+    assert backend.path == str((tmp_path / "abs.db").resolve())
+    assert backend.url == f"sqlite:///{tmp_path}/abs.db"
+
+
+def test_the_url_scheme_registry_opens_sqlite(tmp_path: Path) -> None:
+    backend = open_by_url(f"sqlite:///{tmp_path}/reg.db", SystemClock())
+    try:
+        assert isinstance(backend, SQLiteBackend)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("sqlite:///:memory:", "in-memory"),
+        ("sqlite:///file::memory:?cache=shared", "in-memory"),
+        ("sqlite:///", "no database file"),
+        ("sqlite:///some/dir/", "no database file"),
+        ("sqlite://jobs.db", "invalid SQLite URL"),
+        ("sqlite:///no/such/dir/jobs.db", "no directory"),
+    ],
+)
+def test_unusable_urls_are_refused_with_a_reason(url: str, why: str) -> None:
+    with pytest.raises(ConfigurationError, match=why):
+        SQLiteBackend(url, SystemClock())
+
+
+def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.db").write_bytes(b"these are not the pages you are looking for" * 100)
+    with pytest.raises(ConfigurationError, match="cannot open"):
+        SQLiteBackend(f"sqlite:///{tmp_path}/notes.db", SystemClock())
+
+
+# --- connection settings -------------------------------------------------------------------
+
+
+def test_connections_use_wal_normal_sync_and_a_busy_timeout(backend: SQLiteBackend) -> None:
+    conn = backend._conns.get()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 5000
+    assert conn.isolation_level is None  # transactions are the backend's own
+
+
+# --- migrations ------------------------------------------------------------------------------
+
+
+def test_opening_migrates_once_and_records_each_version(
+    backend: SQLiteBackend, raw: sqlite3.Connection, open_backend: Callable[..., SQLiteBackend]
+) -> None:
+    rows = raw.execute("SELECT version, name FROM jobyard_migrations ORDER BY version").fetchall()
+    assert rows == [(1, "0001_initial"), (2, "0002_schedules")]
+    assert backend.schema_migrate() == []
+    backend.schema_check()
+    open_backend().schema_check()  # a second open finds nothing to do
+
+
+def test_a_store_behind_is_reported_then_caught_up(
+    backend: SQLiteBackend, raw: sqlite3.Connection
+) -> None:
+    # given a file on which the last migration never ran
+    raw.execute("DROP TABLE schedules")
+    raw.execute("DELETE FROM jobyard_migrations WHERE version = 2")
+    # then the check names the way out
+    with pytest.raises(SchemaError, match=r"0002_schedules.*jobyard migrate"):
+        backend.schema_check()
+    # and migrating applies just what is missing
+    assert backend.schema_migrate() == ["0002_schedules"]
+    backend.schema_check()
+
+
+def test_a_store_without_a_migrations_table_is_behind(
+    backend: SQLiteBackend, raw: sqlite3.Connection
+) -> None:
+    raw.execute("DROP TABLE jobyard_migrations")
+    with pytest.raises(SchemaError, match=r"0001_initial, 0002_schedules"):
+        backend.schema_check()
+
+
+def test_a_failed_migration_leaves_nothing_half_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a migration whose second statement fails
+    broken = _sql.Migration(
+        3, "0003_broken", ("CREATE TABLE half (x INTEGER)", "CREATE TABLE jobs (x INTEGER)")
+    )
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/m.db", SystemClock())
+    try:
+        monkeypatch.setattr(
+            "jobyard.backends.sqlite.backend.migrations",
+            lambda: (*_sql.migrations(), broken),
+        )
+        with pytest.raises(sqlite3.OperationalError, match="already exists"):
+            backend.schema_migrate()
+        # then the first statement was rolled back with it, and the version not recorded
+        conn = backend._conns.get()
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'half'").fetchone() is None
+        assert conn.execute("SELECT max(version) FROM jobyard_migrations").fetchone()[0] == 2
+        assert not conn.in_transaction
+    finally:
+        backend.close()
+
+
+# --- the SQL files ---------------------------------------------------------------------------
+
+
+def test_named_blocks_are_split_and_trimmed() -> None:
+    text = """-- preamble, dropped
+-- name: one
+-- what it does
+SELECT 1;
+-- a trailing comment
+
+-- name: two
+SELECT 2
+"""
+    assert _sql.parse_queries(text) == {"one": "-- what it does\nSELECT 1", "two": "SELECT 2"}
+    with pytest.raises(ValueError, match="twice"):
+        _sql.parse_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+    with pytest.raises(ValueError, match="empty"):
+        _sql.parse_queries("-- name: a\n-- nothing\n")
+
+
+def test_migration_scripts_split_on_real_statement_ends() -> None:
+    script = """-- a comment; with a semicolon
+CREATE TABLE t (x TEXT DEFAULT 'a;b');
+CREATE TRIGGER tr AFTER INSERT ON t BEGIN
+    UPDATE t SET x = 'c;d';
+END;
+-- the end
+"""
+    statements = _sql.split_statements(script)
+    assert len(statements) == 2 and statements[1].endswith("END;")
+    with pytest.raises(ValueError, match="incomplete"):
+        _sql.split_statements("CREATE TABLE t (x)")
+
+
+def test_every_named_query_compiles_against_the_schema(raw: sqlite3.Connection) -> None:
+    for name, sql in _sql.queries().items():
+        params = dict.fromkeys(re.findall(r":(\w+)", sql))
+        try:
+            raw.execute("EXPLAIN " + sql, params).fetchall()
+        except sqlite3.Error as exc:  # pragma: no cover - the message names the query
+            pytest.fail(f"query {name!r} does not compile: {exc}")
+
+
+def plan(raw: sqlite3.Connection, name: str) -> str:
+    sql = _sql.queries()[name]
+    params: dict[str, object] = dict.fromkeys(re.findall(r":(\w+)", sql))
+    params.update(queues='["q"]', names='["q"]', limit=10)
+    return "\n".join(r[3] for r in raw.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def test_the_hot_queries_use_their_indexes(raw: sqlite3.Connection) -> None:
+    claim = plan(raw, "jobs_claim")
+    assert "USING INDEX jobs_pending (queue=?)" in claim
+    assert "SCAN jobs" not in claim  # no pass over the table, however many jobs it holds
+    assert "USING INDEX jobs_pending (queue=?)" in plan(raw, "jobs_due")
+    assert "USING INDEX jobs_idempotency" in plan(raw, "jobs_holder")
+    assert "COVERING INDEX jobs_status" in plan(raw, "stats_counts")
+    assert "COVERING INDEX jobs_status" in plan(raw, "queues_over_max_pending")
