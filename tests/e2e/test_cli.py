@@ -390,7 +390,7 @@ def test_error_lines_mask_url_passwords(message: str, shown: str) -> None:
 
 
 def test_demo_runs_to_the_closing_table(cli: Cli, tmp_path: Path) -> None:
-    done = cli("demo", "--orders", "40", "--db", str(tmp_path / "demo.db"), timeout=60)
+    done = cli("demo", "--orders", "40", env={"TMPDIR": str(tmp_path)}, timeout=60)
 
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -403,3 +403,21 @@ def test_demo_runs_to_the_closing_table(cli: Cli, tmp_path: Path) -> None:
     assert int(rows["thumbnails"][3]) >= 1  # the corrupt image's job is in the dead letter
     assert int(rows["all"][2]) >= 1  # some jobs needed a retry
     assert "cannot decode" in out and "exit codes 0, 0" in out
+    assert not list(tmp_path.glob("jobyard-demo-*"))  # the temporary store is gone
+
+
+def test_demo_keeps_the_store_it_is_given(cli: Cli, tmp_path: Path) -> None:
+    db = tmp_path / "kept" / "demo.db"
+
+    done = cli("demo", "--orders", "5", "--db", str(db), timeout=60)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    kept = jobyard.App(f"sqlite:///{db}")
+    try:
+        assert {s.queue: s.counts.get("completed", 0) for s in kept.stats()} == {
+            "emails": 5,
+            "invoices": 5,
+            "thumbnails": 4,  # order 3's image is corrupt
+        }
+    finally:
+        kept.close()
