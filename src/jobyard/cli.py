@@ -312,7 +312,7 @@ def worker(
     _ = app.backend  # fail here, once, if the store is unreachable or not migrated
     log.info("store %s, %d worker processes", mask_url(app.url), processes)
     app.close()
-    code = run_processes(app_ref, processes, **options)
+    code = run_processes(app_ref, processes, log_level=log_level.upper(), **options)
     if code:
         sys.exit(code)
 

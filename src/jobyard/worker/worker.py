@@ -369,7 +369,7 @@ class Worker:
                 )
 
 
-def run_processes(app_ref: str, processes: int, **options: Any) -> int:
+def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **options: Any) -> int:
     """Run ``processes`` worker processes of ``app_ref`` and supervise them: a child that dies is
     replaced, SIGINT/SIGTERM are passed on (a second one too). Returns the exit status."""
     import multiprocessing as mp
@@ -379,7 +379,7 @@ def run_processes(app_ref: str, processes: int, **options: Any) -> int:
     stopping = threading.Event()
 
     def spawn() -> Any:
-        p = ctx.Process(target=_child_main, args=(app_ref, options), daemon=False)
+        p = ctx.Process(target=_child_main, args=(app_ref, log_level, options), daemon=False)
         p.start()
         return p
 
@@ -404,9 +404,9 @@ def run_processes(app_ref: str, processes: int, **options: Any) -> int:
         time.sleep(0.2)
 
 
-def _child_main(app_ref: str, options: dict[str, Any]) -> None:
+def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
     from ..app import load_app
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = load_app(app_ref)
     app.run_worker(**options)
