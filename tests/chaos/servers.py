@@ -1,0 +1,322 @@
+"""Private store servers for the chaos and partition tests: a PostgreSQL cluster, a Redis server
+and a three-node Redis Cluster, each on its own port and data directory, started and stopped by
+the test (never the shared servers of ``make services``). Every ``close`` is safe to call twice
+and after a failed start."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def free_port(*offsets: int) -> int:
+    """A TCP port free on every address (and so are ``port + offset`` for each offset)."""
+    for _ in range(200):
+        port = random.randint(20000, 29999)
+        try:
+            for p in (port, *(port + o for o in offsets)):
+                with socket.socket() as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind(("0.0.0.0", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free TCP port found")
+
+
+def _wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+def postgres_bin() -> Path:
+    """The newest installed PostgreSQL's bin directory (skip the test if there is none)."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+    )
+    if not found:
+        pytest.skip("PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb)")
+    return found[-1].parent
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster: trust auth, run as user ``postgres`` (it refuses root).
+
+    ``listen``: addresses to listen on; ``subnets``: CIDRs besides localhost that pg_hba trusts.
+    """
+
+    def __init__(self, listen: Sequence[str] = ("127.0.0.1",), subnets: Sequence[str] = ()):
+        self.bin = postgres_bin()
+        try:
+            self.owner = pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("there is no 'postgres' user to run a private PostgreSQL as")
+        self.root = Path(tempfile.mkdtemp(prefix="jobyard-chaos-pg-"))
+        os.chown(self.root, self.owner.pw_uid, self.owner.pw_gid)
+        self.data = self.root / "data"
+        self.logfile = self.root / "server.log"
+        self.port = free_port()
+        self.listen = tuple(listen)
+        self.subnets = tuple(subnets)
+        self.running = False
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@{self.listen[0]}:{self.port}/postgres"
+
+    def url_for(self, host: str) -> str:
+        return f"postgresql://postgres@{host}:{self.port}/postgres"
+
+    def _as_postgres(self, *argv: str, timeout: float = 120.0) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *argv],
+            cwd=self.root,
+            check=True,
+            timeout=timeout,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def init(self) -> PostgresServer:
+        """initdb, configure, start."""
+        self._as_postgres(
+            str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-N"
+        )
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"\nport = {self.port}\n"
+                f"listen_addresses = '{','.join(self.listen)}'\n"
+                f"unix_socket_directories = '{self.root}'\n"
+                "max_connections = 300\n"
+                "shared_buffers = 32MB\n"
+            )
+        with (self.data / "pg_hba.conf").open("a") as hba:
+            for subnet in self.subnets:
+                hba.write(f"host all all {subnet} trust\n")
+        self.start()
+        return self
+
+    def start(self) -> None:
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.logfile), "-w",
+            "-t", "60", "start",
+        )  # fmt: skip
+        self.running = True
+
+    def stop(self, mode: str = "fast") -> None:
+        """``immediate`` is a crash: no checkpoint, WAL recovery at the next start."""
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop"
+        )
+        self.running = False
+
+    def down(self) -> None:
+        """Crash the server (``pg_ctl stop -m immediate``): committed work survives in the WAL."""
+        self.stop("immediate")
+
+    def up(self) -> None:
+        self.start()
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self.data.exists() and (self.data / "postmaster.pid").exists():
+            try:
+                self.stop("immediate")
+            except (subprocess.SubprocessError, OSError):
+                pid = int((self.data / "postmaster.pid").read_text().split()[0])
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# --- Redis -----------------------------------------------------------------------------------
+
+
+def redis_bin() -> str:
+    path = shutil.which("redis-server")
+    if path is None:
+        pytest.skip("redis-server is not installed")
+    return path
+
+
+class RedisServer:
+    """A throwaway redis-server with an append-only file, so a restart keeps its data.
+
+    ``appendfsync``: "everysec" (Redis' default) loses up to a second of writes on a crash;
+    a graceful stop (SIGTERM: SHUTDOWN) writes everything first.
+    """
+
+    def __init__(
+        self,
+        bind: Sequence[str] = ("127.0.0.1",),
+        port: int | None = None,
+        extra: Sequence[str] = (),
+        root: Path | None = None,
+    ) -> None:
+        self.binary = redis_bin()
+        self.bind = tuple(bind)
+        self.port = port or free_port()
+        self.root = root or Path(tempfile.mkdtemp(prefix="jobyard-chaos-redis-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.extra = tuple(extra)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.bind[0]}:{self.port}/0"
+
+    def url_for(self, host: str) -> str:
+        return f"redis://{host}:{self.port}/0"
+
+    def _cli(self, *args: str) -> str:
+        out = subprocess.run(
+            ["redis-cli", "-h", self.bind[0], "-p", str(self.port), *args],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        return out.stdout.decode(errors="replace").strip()
+
+    def ping(self) -> bool:
+        try:
+            return self._cli("ping") == "PONG"
+        except subprocess.TimeoutExpired:
+            return False
+
+    def start(self) -> RedisServer:
+        log = (self.root / "server.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "--port", str(self.port),
+                "--bind", *self.bind,
+                "--protected-mode", "no",
+                "--dir", str(self.root),
+                "--save", "",
+                "--appendonly", "yes",
+                "--appendfsync", "everysec",
+                *self.extra,
+            ],
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        _wait(self._loaded, 60, f"redis-server on port {self.port}")
+        return self
+
+    def _loaded(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(
+                f"redis-server exited with {self.proc.returncode}: "
+                + (self.root / "server.log").read_text(errors="replace")[-2000:]
+            )
+        return self.ping() and "loading:0" in self._cli("info", "persistence")
+
+    def stop(self) -> None:
+        """A graceful stop: SIGTERM makes Redis fsync its append-only file, then exit."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
+        self.proc = None
+
+    def down(self) -> None:
+        self.stop()
+
+    def up(self) -> None:
+        self.start()
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+CLUSTER_NODE_OPTIONS = (
+    "--cluster-enabled", "yes",
+    "--cluster-config-file", "nodes.conf",
+    "--cluster-node-timeout", "5000",
+)  # fmt: skip
+
+
+class RedisCluster:
+    """Three masters (no replicas) on private ports, slots spread by ``redis-cli --cluster``."""
+
+    def __init__(self, nodes: int = 3) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="jobyard-chaos-cluster-"))
+        self.nodes: list[RedisServer] = []
+        for i in range(nodes):
+            port = free_port(10000)
+            self.nodes.append(
+                RedisServer(port=port, root=self.root / str(i), extra=CLUSTER_NODE_OPTIONS)
+            )
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> RedisCluster:
+        for node in self.nodes:
+            node.start()
+        subprocess.run(
+            [
+                "redis-cli", "--cluster", "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas", "0", "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )  # fmt: skip
+        self.wait_ok()
+        return self
+
+    def wait_ok(self) -> None:
+        for node in self.nodes:
+            _wait(
+                lambda n=node: "cluster_state:ok" in n._cli("cluster", "info"),
+                60,
+                f"cluster node {node.port} to report cluster_state:ok",
+            )
+
+    def down(self, index: int = 1) -> None:
+        """Stop one node gracefully; its slots are unreachable until :meth:`up`."""
+        self.nodes[index].stop()
+
+    def up(self, index: int = 1) -> None:
+        """Start the node again: its nodes.conf and append-only file bring it back as it was."""
+        self.nodes[index].start()
+        self.wait_ok()
+        self.restarts += 1
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        shutil.rmtree(self.root, ignore_errors=True)
