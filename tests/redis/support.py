@@ -258,6 +258,23 @@ def _stop_servers() -> None:
 atexit.register(_stop_servers)
 
 
+def server_ports(url: str) -> list[int]:
+    """The ports of the server(s) behind a URL made here: the shared one, or every cluster node."""
+    if url.startswith("redis+cluster://"):
+        assert _cluster is not None
+        return _cluster.ports
+    return [int(url.split("://", 1)[1].split("/", 1)[0].split(":")[1])]
+
+
+def connections(port: int, name: str) -> list[dict[str, str]]:
+    """CLIENT LIST entries of the connections named ``name`` (the URL's ``client_name=``)."""
+    client = redis.Redis(host=SHARED_HOST, port=port, socket_timeout=5, decode_responses=True)
+    try:
+        return [c for c in client.client_list() if c.get("name") == name]
+    finally:
+        client.close()
+
+
 def kill_connections(port: int, name: str) -> int:
     """``CLIENT KILL`` every connection named ``name`` (the URL's ``client_name=``) on the
     server at ``port``: other tests' connections to a shared server are left alone."""
@@ -277,9 +294,11 @@ __all__ = [
     "Cluster",
     "Server",
     "cluster_url",
+    "connections",
     "free_port",
     "fresh_url",
     "kill_connections",
     "new_prefix",
     "prefix_of",
+    "server_ports",
 ]

@@ -212,7 +212,7 @@ class RedisBackend:
             return [Inserted(make_id(j.queue, n), c) for j, (n, c) in zip(jobs, reply, strict=True)]
         if len(queues) > 1:
             for q in queues:
-                self._insert([q], [j for j in jobs if j.queue == q], "1", ttl_ms, dry=True)
+                self._insert([q], [j for j in jobs if j.queue == q], "[]", ttl_ms, dry=True)
         first = int(
             self._run("seq_take", [self.keys.seq, self.keys.queues], [str(len(jobs)), *queues])
         )
@@ -220,8 +220,8 @@ class RedisBackend:
         created: dict[str, int] = {}
         for q in queues:
             positions = [i for i, j in enumerate(jobs) if j.queue == q]
-            reply = self._insert([q], [jobs[i] for i in positions], str(first), ttl_ms, dry=False)
-            first += len(positions)
+            numbers = _dumps([first + i for i in positions])  # enqueue order across queues
+            reply = self._insert([q], [jobs[i] for i in positions], numbers, ttl_ms, dry=False)
             created[q] = sum(c for _, c in reply)
             for i, (n, c) in zip(positions, reply, strict=True):
                 out[i] = Inserted(make_id(q, n), c)
@@ -229,7 +229,7 @@ class RedisBackend:
         return [i for i in out if i is not None]
 
     def _insert(
-        self, queues: list[str], jobs: list[NewJob], seq: str, ttl_ms: str, dry: bool
+        self, queues: list[str], jobs: list[NewJob], numbers: str, ttl_ms: str, dry: bool
     ) -> list[tuple[str, bool]]:
         group = {q: g for g, q in enumerate(queues, 1)}
         rows = [
@@ -251,13 +251,13 @@ class RedisBackend:
             for j in jobs
         ]
         keys = self._group_keys(queues)
-        if not seq:  # one node: the global keys ride along
+        if not numbers:  # one node: the global keys ride along
             keys += [self.keys.seq, self.keys.queues, *(self.keys.wake(q) for q in queues)]
         args = [
             self._now(),
             _dumps(queues),
-            seq,
-            "" if seq else "1",
+            numbers,
+            "" if numbers else "1",
             ttl_ms,
             "1" if dry else "",
             str(DEFAULT_MAX_ATTEMPTS),

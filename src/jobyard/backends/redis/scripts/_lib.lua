@@ -154,7 +154,8 @@ end
 
 -- Insert jobs, all or nothing (jobs_insert.lua, schedules_fire.lua).
 --   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
---   o.seq_base (first job number, or nil: INCRBY o.seq_key), o.registry (set key or nil),
+--   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
+--   o.registry (set key or nil),
 --   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts
 -- Returns {"ok", number1, created1, ...} or {"full", queue, max_pending}.
 local function insert_jobs(o)
@@ -213,8 +214,8 @@ local function insert_jobs(o)
     return {'ok'}
   end
 
-  local nextn = o.seq_base
-  if not nextn and total > 0 then
+  local nextn
+  if not o.numbers and total > 0 then
     nextn = redis.call('INCRBY', o.seq_key, total) - total + 1
   end
 
@@ -229,8 +230,13 @@ local function insert_jobs(o)
     elseif p.first then
       n, created = numbers[p.first], 0
     else
-      n, created = int(nextn), 1
-      nextn = nextn + 1
+      created = 1
+      if o.numbers then
+        n = int(o.numbers[i])
+      else
+        n = int(nextn)
+        nextn = nextn + 1
+      end
       local g = job[1]
       local k = groups[g]
       local prio = int(job[4])

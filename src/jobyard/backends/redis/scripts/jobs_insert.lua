@@ -3,7 +3,7 @@
 -- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[4] is "1" (a single
 --       Redis node): the job sequence, the queue registry set, and one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME        [2] JSON array of the groups' queue names
---       [3] first job number, "" = take the numbers from the sequence key
+--       [3] JSON array of a reserved job number per job, "" = take them from the sequence key
 --       [4] "1" = the global keys follow  [5] queue ttl in ms, "" = none  [6] "1" = dry run
 --       [7] default max_attempts
 --       [8] JSON array of jobs, each [group, name, payload, priority, delay, run_at|null,
@@ -25,7 +25,7 @@ local o = {
   default_attempts = tonumber(ARGV[7]),
 }
 if ARGV[3] ~= '' then
-  o.seq_base = tonumber(ARGV[3])
+  o.numbers = cjson.decode(ARGV[3])
 end
 if ARGV[4] == '1' then
   o.seq_key = KEYS[ng * NQ + 1]

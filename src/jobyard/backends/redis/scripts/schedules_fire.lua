@@ -6,8 +6,8 @@
 --       ARGV[6] is "1" (a single Redis node): the job sequence, the queue registry set and the
 --       queue's wake list.
 -- ARGV: [1] now, "" = Redis TIME   [2] fire_at (the tick)   [3] next_at (the following tick)
---       [4] the idempotency key to use when the job has none   [5] first job number, "" =
---       take it from the sequence key   [6] "1" = the global keys follow
+--       [4] the idempotency key to use when the job has none   [5] a reserved job number, "" =
+--       take one from the sequence key   [6] "1" = the global keys follow
 --       [7] default max_attempts
 -- Touches: the schedule hash (next_run_at, last_run_at); what jobs_insert.lua touches.
 -- Returns: {"ok", number, created}, {"full", queue, max_pending} (nothing changed) or
@@ -35,7 +35,7 @@ local o = {
   default_attempts = tonumber(ARGV[7]),
 }
 if ARGV[5] ~= '' then
-  o.seq_base = tonumber(ARGV[5])
+  o.numbers = {tonumber(ARGV[5])}
 end
 if ARGV[6] == '1' then
   o.seq_key = KEYS[NQ + 2]

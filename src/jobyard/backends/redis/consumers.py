@@ -1,0 +1,587 @@
+"""Consumers of Redis lists and streams that other programs write (seed 003).
+
+:class:`ListConsumer` takes JSON entries any Redis client pushed onto a list (``LPUSH`` by seed
+003's producers, ``RPUSH`` by seed 000's). Reliable (the default), it moves each entry to a
+processing list and records it in a recovery set in one step, and a watchdog returns entries idle
+longer than ``min_idle`` to the list; simple (``reliable=False``), it pops entries, so an entry
+whose handler was cut short is gone (at most once).
+
+:class:`StreamConsumer` reads a stream with a consumer group, acknowledges with ``XACK``, takes
+over the entries of a consumer that stopped with ``XAUTOCLAIM``, and can turn each handler result
+into a job (``reply=job_function``), optionally on a queue that lapses when nothing feeds it.
+
+Handler outcomes, for both: return -> acknowledged; ``raise jobyard.Retry`` or any other
+exception -> delivered again; ``raise jobyard.Drop`` or an entry that is not JSON -> moved to a
+dead list (``<key>.dead``) and logged, never lost silently.
+
+Both have ``start()`` / ``stop(grace)`` (safe to call twice) and ``run_once()`` for tests; a
+worker started by ``app.run_worker`` runs the consumers its App registered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import redis.exceptions
+from redis.crc import key_slot
+
+from ...errors import ConfigurationError, Drop, Retry
+from ..base import JobsInsertParams, NewJob
+from .keys import claims_key, dead_key, processing_key
+
+if TYPE_CHECKING:
+    from .backend import RedisBackend
+
+log = logging.getLogger("jobyard.redis.consumers")
+
+Pop = Literal["right", "left"]
+
+
+def hash_tag(key: str) -> str | None:
+    """The part of ``key`` Redis Cluster hashes when the key has a hash tag, else ``None``."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return None
+
+
+def _slot(key: str) -> int:
+    return key_slot(key.encode())
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _invoke(handler: Callable[[Any], Any], value: Any) -> Any:
+    result = handler(value)
+    if inspect.isawaitable(result):  # an async handler: run it to completion here
+        result = asyncio.run(_await(result))
+    return result
+
+
+class _Consumer:
+    """The lifecycle both consumers share: a thread that runs steps until stopped."""
+
+    name = "consumer"
+
+    def __init__(self, backend: RedisBackend, block: float, sweep_interval: float) -> None:
+        if block < 0:
+            raise ConfigurationError("block must not be negative")
+        self.backend = backend
+        self.block = block
+        self.sweep_interval = sweep_interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_sweep = float("-inf")
+        self.acked = 0
+        self.retried = 0
+        self.dropped = 0
+        self.recovered = 0
+
+    def start(self) -> None:
+        """Start consuming on a thread of its own (safe to call twice)."""
+        if self._thread is None:
+            self._check_start()
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop taking entries and let the one in hand finish for up to ``grace`` seconds (plus
+        one blocking read). An entry still in hand then stays claimed: its watchdog (list) or
+        another consumer (stream) delivers it again. Safe to call twice."""
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(grace + self.block + 1.0)
+            if thread.is_alive():
+                log.warning("%s: a handler is still running after %.1fs", self.name, grace)
+            else:
+                self._stopped()
+
+    def run_once(self, block: float = 0.0) -> int:
+        """Sweep for abandoned entries, then take and handle what is there (waiting up to
+        ``block`` seconds for one). Returns how many entries were handled."""
+        self._check_start()
+        return self._step(block, sweep=True)
+
+    def _loop(self) -> None:
+        delay = 0.05
+        while not self._stop.is_set():
+            now = time.monotonic()
+            sweep = now - self._last_sweep >= self.sweep_interval
+            try:
+                self._step(self.block, sweep)
+                if sweep:
+                    self._last_sweep = now
+                delay = 0.05
+            except Exception as exc:  # noqa: BLE001 - a store outage is waited out, not fatal
+                log.warning(
+                    "%s: %s: %s; retrying in %.2fs", self.name, type(exc).__name__, exc, delay
+                )
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _now_ms(self) -> str:
+        now = self.backend.clock.now()
+        return "" if now is None else str(int(now * 1000))
+
+    def _check_start(self) -> None:
+        """Work that needs the store before the first step (creating a consumer group)."""
+
+    def _stopped(self) -> None:
+        """Tidy up after the thread ended."""
+
+    def _step(self, block: float, sweep: bool) -> int:
+        raise NotImplementedError
+
+
+class ListConsumer(_Consumer):
+    """Consume JSON entries of a Redis list that other programs push (seed 003's work queues).
+
+    ``reliable=True`` (default): each entry moves to the processing list (``processing``, by
+    default ``<key>.processing``) and is recorded in the recovery set (``recovery_zset``, default
+    ``<key>.claims``) scored by the time it was taken, in one script; the handler's return removes
+    it (LREM). The watchdog returns entries idle longer than ``min_idle`` seconds to the list.
+    ``min_idle`` is required: set it above the longest a handler ever takes, or an entry is taken
+    from a consumer still on it and handled twice. ``recovery_ttl`` (seconds, > min_idle) lets an
+    abandoned recovery set expire. On Redis Cluster the list, its processing list, recovery set and
+    dead list must share a hash slot: name the list with a hash tag, e.g. ``{thumbnails}``.
+
+    ``reliable=False``: entries are popped before the handler runs (at most once).
+
+    ``pop``: the end entries are taken from, ``"right"`` for producers that ``LPUSH`` (seed 003),
+    ``"left"`` for producers that ``RPUSH`` (seed 000), so entries come out in push order.
+
+    ``Retry(delay=...)`` on a reliable list leaves the entry taken, dated so that the watchdog
+    returns it after ``delay`` seconds; without a delay, and after any other exception, the
+    entry goes back behind what is queued, so one failing entry cannot hog the consumer.
+    """
+
+    def __init__(
+        self,
+        backend: RedisBackend,
+        key_or_stream: str,
+        handler: Callable[[Any], Any],
+        *,
+        reliable: bool = True,
+        min_idle: float | None = None,
+        recovery_ttl: float | None = None,
+        processing: str | None = None,
+        recovery_zset: str | None = None,
+        dead: str | None = None,
+        pop: Pop = "right",
+        block: float = 1.0,
+        sweep_interval: float | None = None,
+    ) -> None:
+        key = key_or_stream
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError("consume_list needs the list's key")
+        if pop not in ("right", "left"):
+            raise ConfigurationError("pop must be 'right' (LPUSH producers) or 'left' (RPUSH)")
+        self.key = key
+        self.handler = handler
+        self.reliable = reliable
+        self.pop: Pop = pop
+        self.dead = dead or dead_key(key)
+        self.processing = processing or processing_key(key)
+        self.recovery = recovery_zset or claims_key(key)
+        self.min_idle = min_idle
+        self.recovery_ttl = recovery_ttl
+        if reliable:
+            if min_idle is None:
+                raise ConfigurationError(
+                    f"reliable list {key!r} needs min_idle: the seconds after which a taken entry "
+                    "belongs to no live consumer and goes back on the list (set it above the "
+                    "longest a handler takes); a reliable consumer without it does not start"
+                )
+            if min_idle <= 0:
+                raise ConfigurationError("min_idle must be a positive number of seconds")
+            if recovery_ttl is not None and recovery_ttl <= min_idle:
+                raise ConfigurationError(
+                    f"recovery_ttl ({recovery_ttl}s) must be longer than min_idle ({min_idle}s): "
+                    "the recovery set would expire before its entries are recovered"
+                )
+            if backend.cluster:
+                self._check_slots()
+        elif processing or recovery_zset or min_idle is not None or recovery_ttl is not None:
+            raise ConfigurationError(
+                "processing, recovery_zset, min_idle and recovery_ttl are for reliable lists"
+            )
+        interval = min((min_idle or 4.0) / 4, 5.0) if sweep_interval is None else sweep_interval
+        super().__init__(backend, block, interval)
+        self.name = f"jobyard-list-{key}"
+        self._client = backend.binary_client()
+        self._scripts = backend.scripts
+
+    def _check_slots(self) -> None:
+        keys = {"processing": self.processing, "recovery set": self.recovery, "dead": self.dead}
+        slot = _slot(self.key)
+        off = {role: k for role, k in keys.items() if _slot(k) != slot}
+        if not off:
+            return
+        tag = hash_tag(self.key)
+        if tag is None:
+            named = "{" + self.key + "}"
+            hint = (
+                f"name the list with the hash tag {{{self.key}}}, as {named!r}: its processing "
+                f"list {processing_key(named)!r} then lands on the same slot"
+            )
+        else:
+            hint = f"give those keys the list's hash tag {{{tag}}}, e.g. '{{{tag}}}.processing'"
+        where = ", ".join(f"{role} {k!r}" for role, k in off.items())
+        raise ConfigurationError(
+            f"reliable list {self.key!r} and its {where} fall on different Redis Cluster slots, "
+            f"so one step cannot move an entry between them: {hint}"
+        )
+
+    # steps ------------------------------------------------------------------------------------
+
+    def _step(self, block: float, sweep: bool) -> int:
+        if self.reliable:
+            if sweep:
+                self.sweep()
+            entry = self._take(block)
+        else:
+            entry = self._pop(block)
+        if entry is None:
+            return 0
+        self._settle(entry, self._handle(entry))
+        return 1
+
+    def sweep(self) -> list[bytes]:
+        """The watchdog: return entries idle longer than min_idle to the list."""
+        assert self.min_idle is not None
+        args = [
+            self._now_ms(),
+            str(int(self.min_idle * 1000)),
+            self.pop,
+            "" if self.recovery_ttl is None else str(int(self.recovery_ttl * 1000)),
+            "1000",
+        ]
+        keys = [self.key, self.processing, self.recovery]
+        script = self._scripts["list_recover"]
+        back: list[bytes] = self.backend.retrying(
+            lambda: script(keys=keys, args=args, client=self._client)
+        )
+        for entry in back:
+            log.warning(
+                "list %s: entry idle past min_idle returned to the list: %r", self.key, entry
+            )
+        self.recovered += len(back)
+        return back
+
+    def _take(self, block: float) -> bytes | None:
+        keys = [self.key, self.processing, self.recovery]
+        ttl = "" if self.recovery_ttl is None else str(int(self.recovery_ttl * 1000))
+        args = [self._now_ms(), self.pop, "1", ttl]
+        script = self._scripts["list_take"]
+        taken: list[bytes] = self.backend.retrying(
+            lambda: script(keys=keys, args=args, client=self._client)
+        )
+        if taken:
+            return taken[0]
+        if block <= 0:
+            return None
+        # Nothing there: block on the list itself. BLMOVE cannot record the entry in the same
+        # step; if this consumer stops before recording it, the watchdog dates it when it sees
+        # it on the processing list without a record, so it still comes back.
+        src = "RIGHT" if self.pop == "right" else "LEFT"
+        entry: bytes | None = self._client.blmove(self.key, self.processing, block, src, "LEFT")
+        if entry is not None:
+            now = self._now_ms()
+            score = int(now) if now else int(self._client.time()[0]) * 1000
+            self.backend.retrying(lambda: self._client.zadd(self.recovery, {entry: score}))
+        return entry
+
+    def _pop(self, block: float) -> bytes | None:
+        if block <= 0:
+            popped: bytes | None = self.backend.retrying(
+                lambda: (
+                    self._client.rpop(self.key)
+                    if self.pop == "right"
+                    else self._client.lpop(self.key)
+                )
+            )
+            return popped
+        fn = self._client.brpop if self.pop == "right" else self._client.blpop
+        got = fn([self.key], timeout=block)
+        return None if got is None else bytes(got[1])
+
+    def _handle(self, entry: bytes) -> tuple[str, float]:
+        """Run the handler; the action to take: ack, requeue, hold (with a delay) or drop."""
+        try:
+            value = json.loads(entry)
+        except ValueError:
+            log.warning("list %s: entry is not JSON, moved to %s: %r", self.key, self.dead, entry)
+            return "drop", 0.0
+        try:
+            _invoke(self.handler, value)
+        except Retry as r:
+            return ("hold", r.delay) if r.delay and self.reliable else ("requeue", 0.0)
+        except Drop as d:
+            log.warning(
+                "list %s: entry dropped to %s (%s): %r", self.key, self.dead, d.reason, entry
+            )
+            return "drop", 0.0
+        except Exception:
+            log.exception("list %s: handler failed; the entry goes back on the list", self.key)
+            return "requeue", 0.0
+        return "ack", 0.0
+
+    def _settle(self, entry: bytes, outcome: tuple[str, float]) -> None:
+        action, delay = outcome
+        if action == "ack":
+            self.acked += 1
+        elif action == "drop":
+            self.dropped += 1
+        else:
+            self.retried += 1
+        if not self.reliable:
+            if action == "requeue":
+                push = self._client.lpush if self.pop == "right" else self._client.rpush
+                self.backend.retrying(lambda: push(self.key, entry))
+            elif action == "drop":
+                self.backend.retrying(lambda: self._client.rpush(self.dead, entry))
+            return
+        assert self.min_idle is not None
+        hold = ""
+        if action == "hold":
+            now = self._now_ms()
+            now_ms = int(now) if now else int(self._client.time()[0]) * 1000
+            hold = str(now_ms + int(delay * 1000) - int(self.min_idle * 1000))
+        keys = [self.key, self.processing, self.recovery, self.dead]
+        script = self._scripts["list_settle"]
+        args: list[bytes | str] = [entry, action, self.pop, hold]
+        still = self.backend.retrying(lambda: script(keys=keys, args=args, client=self._client))
+        if not still:
+            log.warning(
+                "list %s: the watchdog had returned the entry to the list before its handler "
+                "finished (min_idle too short?); it will be delivered again",
+                self.key,
+            )
+
+
+class StreamConsumer(_Consumer):
+    """Consume a Redis stream with a consumer group (``XREADGROUP``, ``XACK``).
+
+    Each entry reaches one consumer of ``group``. Entries a consumer read but never acknowledged
+    (it stopped, or its handler raised) are taken over by a live consumer with ``XAUTOCLAIM``
+    once idle for ``min_idle`` seconds. The handler gets the entry's fields as a dict of str, or,
+    with ``field="name"``, that field's value decoded as JSON.
+
+    ``reply=job_function``: each handler result (unless ``None``) becomes one job of that
+    function, the result its single argument (seed 003's ``queue_thumbnail`` feeding
+    ``{thumbnails}``), inserted before the entry is acknowledged under the idempotency key
+    ``stream:<stream>:<group>:<entry id>``, so a redelivered entry does not enqueue twice while
+    the first reply job is pending or running. ``reply_ttl`` (seconds) re-arms an expiry on the
+    reply queue at every push: a queue nobody fed for that long lapses with what it holds.
+
+    ``start_id``: where a new group starts reading, ``"0"`` (the stream's whole history,
+    default: nothing written before the first start is lost) or ``"$"`` (new entries only).
+    """
+
+    def __init__(
+        self,
+        backend: RedisBackend,
+        key_or_stream: str,
+        handler: Callable[[Any], Any],
+        *,
+        group: str | None = None,
+        reply: Any = None,
+        reply_ttl: float | None = None,
+        consumer: str | None = None,
+        min_idle: float = 60.0,
+        field: str | None = None,
+        start_id: str = "0",
+        count: int = 10,
+        dead: str | None = None,
+        block: float = 1.0,
+        sweep_interval: float | None = None,
+    ) -> None:
+        if not isinstance(key_or_stream, str) or not key_or_stream:
+            raise ConfigurationError("consume_stream needs the stream's key")
+        if not group:
+            raise ConfigurationError("consume_stream needs group=: the consumer group's name")
+        if min_idle <= 0:
+            raise ConfigurationError("min_idle must be a positive number of seconds")
+        if reply is not None and not callable(
+            getattr(getattr(reply, "opts", None), "new_job", None)
+        ):
+            raise ConfigurationError("reply must be a job function (registered with @app.job)")
+        if reply_ttl is not None and (reply is None or reply_ttl <= 0):
+            raise ConfigurationError("reply_ttl needs reply= and a positive number of seconds")
+        if count < 1:
+            raise ConfigurationError("count must be at least 1")
+        interval = min(min_idle / 4, 5.0) if sweep_interval is None else sweep_interval
+        super().__init__(backend, block, interval)
+        self.stream = key_or_stream
+        self.handler = handler
+        self.group = group
+        self.reply = reply
+        self.reply_ttl = reply_ttl
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.min_idle = min_idle
+        self.field = field
+        self.start_id = start_id
+        self.count = count
+        self.dead = dead or dead_key(key_or_stream)
+        self.name = f"jobyard-stream-{key_or_stream}"
+        self._client = backend.binary_client()
+        self._group_ready = False
+
+    def _check_start(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            self.backend.retrying(
+                lambda: self._client.xgroup_create(
+                    self.stream, self.group, id=self.start_id, mkstream=True
+                )
+            )
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    def _stopped(self) -> None:
+        # A consumer that holds no entries leaves the group, so XINFO stays readable.
+        try:
+            pending = self._client.xpending_range(
+                self.stream, self.group, min="-", max="+", count=1, consumername=self.consumer
+            )
+            if not pending:
+                self._client.xgroup_delconsumer(self.stream, self.group, self.consumer)
+        except redis.exceptions.RedisError as exc:
+            log.debug("stream %s: could not leave group %s: %s", self.stream, self.group, exc)
+
+    def _step(self, block: float, sweep: bool) -> int:
+        handled = 0
+        if sweep:
+            handled += self.sweep()
+        read = self._client.xreadgroup(
+            self.group,
+            self.consumer,
+            {self.stream: ">"},
+            count=self.count,
+            block=int(block * 1000) if block > 0 else None,
+        )
+        for _stream, entries in read or []:
+            for entry_id, fields in entries:
+                self._handle(entry_id, fields)
+                handled += 1
+        return handled
+
+    def sweep(self) -> int:
+        """Take over entries other consumers left unacknowledged past min_idle, and handle them."""
+        handled = 0
+        cursor: Any = "0-0"
+        while True:
+            start = cursor
+            reply = self.backend.retrying(lambda: self._autoclaim(start))  # noqa: B023
+            cursor, entries = reply[0], reply[1]
+            for entry_id, fields in entries:
+                log.warning(
+                    "stream %s: took over entry %r left unacknowledged", self.stream, entry_id
+                )
+                self.recovered += 1
+                self._handle(entry_id, fields)
+                handled += 1
+            if cursor in (b"0-0", "0-0") or not entries:
+                return handled
+
+    def _autoclaim(self, cursor: Any) -> Any:
+        return self._client.xautoclaim(
+            self.stream,
+            self.group,
+            self.consumer,
+            min_idle_time=int(self.min_idle * 1000),
+            start_id=cursor,
+            count=self.count,
+        )
+
+    def _decode(self, fields: dict[bytes, bytes]) -> Any:
+        if self.field is None:
+            return {k.decode(): v.decode() for k, v in fields.items()}
+        return json.loads(fields[self.field.encode()])
+
+    def _handle(self, entry_id: bytes, fields: dict[bytes, bytes] | None) -> None:
+        if fields is None:  # deleted from the stream meanwhile: nothing to do
+            self._ack(entry_id)
+            return
+        try:
+            value = self._decode(fields)
+        except (ValueError, KeyError) as exc:
+            self._drop(entry_id, fields, f"undecodable entry: {type(exc).__name__}: {exc}")
+            return
+        try:
+            result = _invoke(self.handler, value)
+        except Drop as d:
+            self._drop(entry_id, fields, d.reason)
+            return
+        except Retry:
+            self.retried += 1  # stays pending: taken over again after min_idle
+            return
+        except Exception:
+            self.retried += 1
+            log.exception(
+                "stream %s: handler failed on %r; redelivered after min_idle", self.stream, entry_id
+            )
+            return
+        if self.reply is not None and result is not None:
+            try:
+                job = self._reply_job(entry_id, result)
+            except TypeError as exc:
+                self._drop(entry_id, fields, f"the reply is not JSON: {exc}")
+                return
+            self.backend.jobs_insert(JobsInsertParams([job]), queue_ttl=self.reply_ttl)
+        self._ack(entry_id)
+        self.acked += 1
+
+    def _reply_job(self, entry_id: bytes, result: Any) -> NewJob:
+        job: NewJob = self.reply.opts.new_job((result,), {})
+        eid = entry_id.decode()
+        key = f"stream:{self.stream}:{self.group}:{eid}"
+        if len(key) > 200:  # the longest idempotency key jobyard takes
+            digest = hashlib.sha1(f"{self.stream}\0{self.group}".encode()).hexdigest()[:20]
+            key = f"stream:{digest}:{eid}"
+        return replace(job, idempotency_key=key)
+
+    def _ack(self, entry_id: bytes) -> None:
+        self.backend.retrying(lambda: self._client.xack(self.stream, self.group, entry_id))
+
+    def _drop(self, entry_id: bytes, fields: dict[bytes, bytes], reason: str) -> None:
+        record = json.dumps(
+            {
+                "stream": self.stream,
+                "group": self.group,
+                "id": entry_id.decode(),
+                "fields": {
+                    k.decode(errors="replace"): v.decode(errors="replace")
+                    for k, v in fields.items()
+                },
+                "reason": reason,
+            }
+        )
+        # dead list first, then XACK: a stop in between records the entry twice, never zero times
+        self.backend.retrying(lambda: self._client.rpush(self.dead, record))
+        self._ack(entry_id)
+        self.dropped += 1
+        log.warning(
+            "stream %s: entry %r dropped to %s (%s)", self.stream, entry_id, self.dead, reason
+        )

@@ -1,0 +1,255 @@
+"""What only the Redis backend has: its key layout and slots, ids that name their queue, the
+claims set the watchdog reads, retention by expiry, queues that lapse, Redis's own clock, and the
+Cluster paths (several queues in one claim or insert). Each test runs on one node and on the
+session's 3-node cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+import jobyard
+from jobyard.backends.base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    JobsWaitParams,
+    LeasesReapParams,
+    LeasesRenewParams,
+    Outcome,
+    QueueConfig,
+    StatsParams,
+)
+from jobyard.backends.redis.backend import RedisBackend
+from jobyard.backends.redis.keys import parse_job_id
+from jobyard.clock import FrozenClock, SystemClock
+from tests.conftest import wait_until
+from tests.redis import support
+from tests.redis.conftest import T0, insert, new, url_for
+
+
+def claim(backend: RedisBackend, limit: int = 10, queues: tuple[str, ...] = ("q",)) -> Any:
+    return backend.jobs_claim(JobsClaimParams("w1", queues, limit))
+
+
+def keys_of(backend: RedisBackend) -> list[str]:
+    return sorted(backend.client.scan_iter(match=backend.keys.pattern(), count=1000))
+
+
+def test_every_key_of_a_queue_shares_its_hash_tag(backend: RedisBackend) -> None:
+    # given a queue that went through every state
+    backend.queues_configure(QueueConfig("q", max_concurrency=5))
+    *_, c = insert(backend, new(priority=3, idempotency_key="k"), new(), new(delay=60))
+    x, y = claim(backend, 2)
+    backend.jobs_ack(JobsAckParams([Outcome(x.id, x.token, "completed", result="1")]))
+    backend.jobs_ack(JobsAckParams([Outcome(y.id, y.token, "failed", error="e")]))
+    backend.jobs_cancel(c)
+    # then every key is either global ({prefix}) or carries the queue's tag ({prefix:q})
+    tag, glob = backend.keys.tag("q"), "{" + backend.keys.prefix + "}"
+    found = keys_of(backend)
+    assert any(k.startswith(tag + ":job:") for k in found)
+    assert all(k.startswith((tag + ":", glob + ":")) for k in found), found
+    slots = {key_slot(k.encode()) for k in found if k.startswith(tag)}
+    assert slots == {key_slot(tag.encode())}
+
+
+def test_job_ids_name_their_queue_and_grow_across_queues(backend: RedisBackend) -> None:
+    ids = insert(backend, new("emails"), new("reports:daily"), new("emails"))
+    parsed = [parse_job_id(i) for i in ids]
+    assert [p[0] for p in parsed if p] == ["emails", "reports:daily", "emails"]
+    numbers = [int(p[1]) for p in parsed if p]
+    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+    assert backend.jobs_get("emails:0") is None and backend.jobs_get("{x}:1") is None
+
+
+def test_the_claims_set_holds_the_lease_and_the_watchdog_reads_it(
+    backend: RedisBackend, clock: FrozenClock, raw: Any
+) -> None:
+    (job_id,) = insert(backend, new(lease=5))
+    n = job_id.rsplit(":", 1)[1]
+    claims = backend.keys.queue("q")[2]
+    (c,) = claim(backend)
+    assert float(raw.zscore(claims, n)) == pytest.approx(T0 + 5)
+    clock.advance(3)
+    assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])) == []
+    assert float(raw.zscore(claims, n)) == pytest.approx(T0 + 8)
+    clock.advance(5)  # exactly at expiry: still held
+    assert backend.leases_reap(LeasesReapParams()) == []
+    clock.advance(0.5)
+    assert [r.status for r in backend.leases_reap(LeasesReapParams())] == ["pending"]
+    assert raw.zscore(claims, n) is None
+    assert [j.id for j in claim(backend)] == [job_id]
+
+
+def test_an_at_most_once_job_leaves_the_queue_when_claimed(
+    backend: RedisBackend, clock: FrozenClock
+) -> None:
+    (job_id,) = insert(backend, new(delivery="at_most_once", lease=1, max_attempts=5))
+    (c,) = claim(backend)
+    assert c.delivery == "at_most_once"
+    assert backend.jobs_list(JobsListParams(status="pending")) == []
+    clock.advance(2)  # its worker died mid-handler
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
+        (job_id, "failed")
+    ]
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and (rec.error, rec.attempts) == (AT_MOST_ONCE_LOST_ERROR, 1)
+
+
+def test_the_store_clock_is_redis_time_unless_frozen(
+    make_backend: Callable[..., RedisBackend],
+) -> None:
+    backend = make_backend(SystemClock())
+    secs, micros = backend.client.time()
+    redis_now = int(secs) + int(micros) / 1e6
+    (job_id,) = insert(backend, new())
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and rec.created_at == pytest.approx(redis_now, abs=2.0)
+    assert backend.clock_now() == pytest.approx(redis_now, abs=2.0)
+
+
+def test_completed_jobs_expire_and_failed_ones_are_kept(kind: str, clock: FrozenClock) -> None:
+    # given a store that keeps completed jobs for an hour
+    backend = RedisBackend(url_for(kind, result_ttl=3600), clock)
+    try:
+        done_id, failed_id = insert(backend, new(), new())
+        done, failed = claim(backend, 2)
+        backend.jobs_ack(
+            JobsAckParams(
+                [
+                    Outcome(done.id, done.token, "completed", result="1"),
+                    Outcome(failed.id, failed.token, "failed", error="e"),
+                ]
+            )
+        )
+        # then the completed job's hash expires with its result, the dead letter does not
+        n_done, n_failed = (i.rsplit(":", 1)[1] for i in (done_id, failed_id))
+        assert 3590 < backend.client.ttl(backend.keys.job("q", n_done)) <= 3600
+        assert backend.client.ttl(backend.keys.job("q", n_failed)) == -1
+        # and once the hour has passed the watchdog prunes its index entries too
+        clock.advance(3601)
+        backend.leases_reap(LeasesReapParams())
+        assert backend.jobs_get(done_id) is None
+        (stats,) = backend.stats_get(StatsParams())
+        assert (stats.counts["completed"], stats.counts["failed"]) == (0, 1)
+        # and a re-driven dead letter keeps no expiry
+        backend.jobs_retry(failed_id)
+        assert backend.client.ttl(backend.keys.job("q", n_failed)) == -1
+    finally:
+        backend.close()
+
+
+def test_a_queue_with_a_ttl_is_re_armed_at_every_push_and_lapses_when_unfed(
+    backend: RedisBackend, raw: Any
+) -> None:
+    # given a queue fed with a 5 s time to live
+    ttl = JobsInsertParams([new("feed")])
+    backend.jobs_insert(ttl, queue_ttl=5.0)
+    alive = backend.keys.queue("feed")[12]
+    first = raw.pttl(alive)
+    assert 0 < first <= 5000
+    # when it is fed again, the expiry starts over
+    wait_until(lambda: raw.pttl(alive) < first - 50, what="the ttl to run down a little")
+    backend.jobs_insert(JobsInsertParams([new("feed")]), queue_ttl=5.0)
+    assert raw.pttl(alive) > first - 50
+    # when nobody feeds it for its ttl, it lapses with the jobs it holds
+    backend.jobs_insert(JobsInsertParams([new("feed")]), queue_ttl=0.2)
+    wait_until(lambda: raw.exists(alive) == 0, what="the queue to lapse")
+    assert claim(backend, queues=("feed",)) == []
+    assert backend.jobs_list(JobsListParams(queue="feed")) == []
+    # and a queue without a ttl never lapses
+    insert(backend, new("plain"))
+    assert raw.exists(backend.keys.queue("plain")[11]) == 0
+
+
+def test_one_claim_orders_jobs_across_queues(backend: RedisBackend) -> None:
+    low = insert(backend, new("a", priority=1))[0]
+    high = insert(backend, new("b", priority=7))[0]
+    mid = insert(backend, new("c", priority=3))[0]
+    assert [j.id for j in claim(backend, 2, ("a", "b", "c"))] == [high, mid]
+    assert [j.id for j in claim(backend, 5, ("a", "b", "c"))] == [low]
+
+
+def test_max_concurrency_holds_per_queue_within_a_multi_queue_claim(
+    backend: RedisBackend,
+) -> None:
+    backend.queues_configure(QueueConfig("a", max_concurrency=1))
+    insert(backend, new("a"), new("a"), new("b"), new("b"))
+    assert sorted(j.queue for j in claim(backend, 10, ("a", "b"))) == ["a", "b", "b"]
+
+
+def test_a_full_queue_refuses_a_batch_spanning_queues(backend: RedisBackend) -> None:
+    backend.queues_configure(QueueConfig("small", max_pending=1))
+    with pytest.raises(jobyard.QueueFull, match="small"):
+        insert(backend, new("big"), new("small"), new("small"))
+    assert backend.jobs_list(JobsListParams()) == []
+
+
+def test_concurrent_inserts_of_one_key_create_one_job(
+    make_backend: Callable[..., RedisBackend],
+) -> None:
+    backends = [make_backend() for _ in range(6)]
+    barrier = threading.Barrier(len(backends))
+    results: list[jobyard.backends.base.Inserted] = []
+    lock = threading.Lock()
+
+    def race(b: RedisBackend) -> None:
+        barrier.wait()
+        (got,) = b.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))
+        with lock:
+            results.append(got)
+
+    threads = [threading.Thread(target=race, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len({r.id for r in results}) == 1 and sum(r.created for r in results) == 1
+
+
+def test_wake_tokens_stay_few_and_one_insert_wakes_a_waiter(
+    kind: str, make_backend: Callable[..., RedisBackend]
+) -> None:
+    name = f"waiter-{uuid.uuid4().hex[:8]}"
+    url = url_for(kind, client_name=name)
+    backend = make_backend(url=url)
+    insert(backend, *[new() for _ in range(100)])
+    assert backend.client.llen(backend.keys.wake("q")) <= 16
+    while backend.jobs_wait(JobsWaitParams(["q"], 0)):
+        pass  # take the tokens
+    woke: list[float] = []
+
+    def wait() -> None:
+        if backend.jobs_wait(JobsWaitParams(["other", "q"], 10)):
+            woke.append(time.monotonic())
+
+    def blocked() -> bool:
+        conns = [c for p in support.server_ports(url) for c in support.connections(p, name)]
+        return any(c.get("cmd") == "blpop" for c in conns)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_until(blocked, what="the waiter to block")
+    sent = time.monotonic()
+    insert(backend, new())
+    t.join(10)
+    assert woke and woke[0] - sent < 1.0
+
+
+def test_a_huge_priority_and_exact_float_times_round_trip(
+    backend: RedisBackend, clock: FrozenClock
+) -> None:
+    clock.set(1_712_345_678.123456)
+    (job_id,) = insert(backend, new(priority=-(2**40), delay=0.1))
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert rec.priority == -(2**40)
+    assert rec.created_at == clock.now() and rec.run_at == clock.now() + 0.1
