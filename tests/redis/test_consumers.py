@@ -311,8 +311,9 @@ def test_drop_and_undecodable_entries_go_to_the_dead_list(app: jobyard.App, key:
     raw(app).xadd(key, {"other": "x"})
     assert drain(consumer) == 3
     dead = [json.loads(r) for r in raw(app).lrange(consumer.dead, 0, -1)]
-    assert [d["reason"] for d in dead][0] == "bad upload"
-    assert len(dead) == 3 and all(d["group"] == "g" for d in dead)
+    assert [d["id"] for d in dead] == [e[0] for e in raw(app).xrange(key)]
+    assert dead[0]["reason"] == "bad upload" and "JSONDecodeError" in dead[1]["reason"]
+    assert "KeyError" in dead[2]["reason"] and all(d["group"] == "g" for d in dead)
     assert raw(app).xpending(key, "g")["pending"] == 0
 
 
