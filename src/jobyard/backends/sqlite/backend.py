@@ -4,7 +4,8 @@ Concurrency model. SQLite has one writer at a time per file. Every state change 
 ``BEGIN IMMEDIATE`` (see ``_connection.write``), which takes that write lock before reading
 anything, so a read-decide-write sequence (a claim counting running jobs, an insert checking
 max_pending, a re-drive checking an idempotency key) is atomic across every thread and process.
-Readers use WAL snapshots and never wait. Each thread has its own connection.
+Readers use WAL snapshots and never wait. Each thread has its own connection, and the threads
+of one process queue for the write lock on a lock of their own first (``_shared``).
 
 Push signal. An insert commits, then wakes waiters in the same process through a condition
 variable (``_shared``); waiters also poll ``PRAGMA data_version`` every few milliseconds, which
@@ -17,13 +18,13 @@ rows to the records of :mod:`jobyard.backends.base`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from ...clock import Clock
 from ...errors import (
@@ -62,6 +63,7 @@ from ..base import (
     WorkerInfo,
     WorkersBeatParams,
 )
+from . import _rows
 from ._connection import Connections, parse_url, read, write
 from ._shared import Shared, shared_for
 from ._sql import migrations, queries
@@ -73,7 +75,6 @@ _ACK_QUERIES = {
     "failed": "jobs_ack_failed",
     "release": "jobs_ack_release",
 }
-_MAX_ID_DIGITS = 18  # below 2**63: SQLite's INTEGER PRIMARY KEY range
 
 
 class SQLiteBackend:
@@ -104,6 +105,12 @@ class SQLiteBackend:
             self._state = shared_for(self.path)
         return self._state
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection inside a write transaction (see ``_connection.write``)."""
+        with write(self._conns.get(), self._shared.writer) as conn:
+            yield conn
+
     def __repr__(self) -> str:
         return f"SQLiteBackend({self.url!r})"
 
@@ -127,11 +134,10 @@ class SQLiteBackend:
         The check runs again under the write lock, so processes opening a new file together
         apply each migration exactly once; the first read spares them that lock when up to date.
         """
-        conn = self._conns.get()
-        if not self._missing(conn):
+        if not self._missing(self._conns.get()):
             return []
         applied: list[str] = []
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             conn.execute(self._q["migrations_init"])
             done = {r[0] for r in conn.execute(self._q["migrations_applied"])}
             for migration in migrations():
@@ -165,8 +171,7 @@ class SQLiteBackend:
             )
         if not params.jobs:
             return []
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             out, touched = self._insert(conn, self._now(conn), params.jobs)
         # After COMMIT: a woken worker must find the jobs there.
         if touched:
@@ -229,11 +234,11 @@ class SQLiteBackend:
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that is not a number)."""
-        key = _parse_id(job_id)
+        key = _rows.parse_id(job_id)
         if key is None:
             return None
         row = self._conns.get().execute(self._q["jobs_get"], {"id": key}).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else _rows.record(row)
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
         """Jobs matching the filter, newest first."""
@@ -251,15 +256,14 @@ class SQLiteBackend:
             )
             .fetchall()
         )
-        return [_record(row) for row in rows]
+        return [_rows.record(row) for row in rows]
 
     def jobs_cancel(self, job_id: str) -> JobRecord:
         """Pending -> cancelled; JobNotFound or InvalidTransition otherwise."""
-        key = _parse_id(job_id)
+        key = _rows.parse_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             row = conn.execute(
                 self._q["jobs_cancel"], {"id": key, "now": self.clock.now()}
             ).fetchone()
@@ -270,20 +274,19 @@ class SQLiteBackend:
                 raise InvalidTransition(
                     f"job {job_id} is {status[0]}: only pending jobs can be cancelled"
                 )
-        return _record(row)
+        return _rows.record(row)
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""
-        key = _parse_id(job_id)
+        key = _rows.parse_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
         q = self._q
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
             if row is None:
                 raise JobNotFound(job_id)
-            rec = _record(row)
+            rec = _rows.record(row)
             if rec.status not in ("failed", "cancelled"):
                 raise InvalidTransition(
                     f"job {job_id} is {rec.status}: only failed or cancelled jobs can be retried"
@@ -299,7 +302,7 @@ class SQLiteBackend:
                     )
             row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
         self._shared.notify((rec.queue,))
-        return _record(row)
+        return _rows.record(row)
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
         """Delete finished jobs older than ``older_than`` seconds; how many."""
@@ -311,8 +314,7 @@ class SQLiteBackend:
             )
         if not statuses:
             return 0
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             cursor = conn.execute(
                 self._q["jobs_purge"],
                 {
@@ -330,8 +332,7 @@ class SQLiteBackend:
         """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL)."""
         if params.limit <= 0 or not params.queues:
             return []
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             rows = conn.execute(
                 self._q["jobs_claim"],
                 {
@@ -342,24 +343,8 @@ class SQLiteBackend:
                 },
             ).fetchall()
         # RETURNING yields rows in no promised order; hand them out in claim order.
-        rows.sort(key=lambda r: (-r[12], r[13], r[0]))
-        return [
-            ClaimedJob(
-                id=str(r[0]),
-                name=r[1],
-                queue=r[2],
-                payload=_text(r[3]),
-                attempts=r[4],
-                max_attempts=r[5],
-                backoff=r[6],
-                timeout=_float_or_none(r[7]),
-                lease=float(r[8]),
-                token=r[9],
-                delivery=r[10],
-                parent_id=r[11],
-            )
-            for r in rows
-        ]
+        rows.sort(key=_rows.claim_order)
+        return [_rows.claimed(r) for r in rows]
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply a batch of outcomes in one transaction; the ids whose token was stale."""
@@ -373,14 +358,13 @@ class SQLiteBackend:
         if not params.outcomes:
             return []
         q = self._q
-        conn = self._conns.get()
         stale: list[str] = []
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             now = self._now(conn)
             # One execution per outcome, not executemany: the per-row rowcount is what tells an
             # applied outcome from a stale one, and all of them still commit once.
             for outcome in params.outcomes:
-                key = _parse_id(outcome.id)
+                key = _rows.parse_id(outcome.id)
                 if key is None:
                     stale.append(outcome.id)
                     continue
@@ -398,8 +382,8 @@ class SQLiteBackend:
                 except UnicodeEncodeError:
                     # A traceback or result holding lone surrogates cannot be stored as UTF-8;
                     # store it escaped rather than lose the outcome.
-                    args["result"] = _storable(outcome.result)
-                    args["error"] = _storable(outcome.error)
+                    args["result"] = _rows.storable(outcome.result)
+                    args["error"] = _rows.storable(outcome.error)
                     cursor = conn.execute(sql, args)
                 if cursor.rowcount != 1:
                     stale.append(outcome.id)
@@ -445,13 +429,12 @@ class SQLiteBackend:
         """Extend each lease still held; the ids whose lease was lost."""
         if not params.jobs:
             return []
-        conn = self._conns.get()
         sql = self._q["leases_renew"]
         lost: list[str] = []
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             now = self._now(conn)
             for job_id, token in params.jobs:
-                key = _parse_id(job_id)
+                key = _rows.parse_id(job_id)
                 if (
                     key is None
                     or conn.execute(sql, {"id": key, "token": token, "now": now}).rowcount != 1
@@ -461,8 +444,7 @@ class SQLiteBackend:
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover running jobs whose lease lapsed, in one statement."""
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             rows = conn.execute(
                 self._q["leases_reap"],
                 {
@@ -481,8 +463,7 @@ class SQLiteBackend:
 
     def queues_configure(self, config: QueueConfig) -> None:
         """Create or replace a queue's settings."""
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             conn.execute(
                 self._q["queues_configure"],
                 {
@@ -500,24 +481,13 @@ class SQLiteBackend:
     def queues_list(self) -> list[QueueConfig]:
         """Every configured queue, by name."""
         rows = self._conns.get().execute(self._q["queues_list"]).fetchall()
-        return [
-            QueueConfig(
-                name=r[0],
-                max_concurrency=r[1],
-                max_attempts=r[2],
-                backoff=r[3],
-                max_pending=r[4],
-                paused=bool(r[5]),
-            )
-            for r in rows
-        ]
+        return [_rows.queue_config(r) for r in rows]
 
     def workers_beat(self, params: WorkersBeatParams) -> None:
         """Register, refresh or remove a worker, and forget the silent ones."""
         q = self._q
         worker = params.worker
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             now = self._now(conn)
             if params.stopping:
                 conn.execute(q["workers_delete"], {"id": worker.id})
@@ -539,18 +509,7 @@ class SQLiteBackend:
     def workers_list(self) -> list[WorkerInfo]:
         """Workers in the registry, oldest first."""
         rows = self._conns.get().execute(self._q["workers_list"]).fetchall()
-        return [
-            WorkerInfo(
-                id=r[0],
-                host=r[1],
-                pid=r[2],
-                queues=_queue_names(r[3]),
-                concurrency=r[4],
-                started_at=float(r[5]),
-                last_seen=float(r[6]),
-            )
-            for r in rows
-        ]
+        return [_rows.worker(r) for r in rows]
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue that has jobs or a configuration, by name."""
@@ -581,8 +540,7 @@ class SQLiteBackend:
     def schedules_sync(self, params: SchedulesSyncParams) -> None:
         """Store the app's schedules in one transaction; the others are deactivated."""
         q = self._q
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             names = json.dumps([s.name for s in params.schedules])
             conn.execute(q["schedules_deactivate"], {"names": names})
             for sched in params.schedules:
@@ -591,7 +549,7 @@ class SQLiteBackend:
                     {
                         "name": sched.name,
                         "cron": sched.cron,
-                        "job": _job_json(sched.job),
+                        "job": _rows.job_json(sched.job),
                         "next_run_at": sched.next_run_at,
                     },
                 )
@@ -599,30 +557,19 @@ class SQLiteBackend:
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule, by name."""
         rows = self._conns.get().execute(self._q["schedules_list"]).fetchall()
-        return [
-            Schedule(
-                name=r[0],
-                cron=r[1],
-                job=_job_from_json(r[2]),
-                active=bool(r[3]),
-                next_run_at=_float_or_none(r[4]),
-                last_run_at=_float_or_none(r[5]),
-            )
-            for r in rows
-        ]
+        return [_rows.schedule(r) for r in rows]
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Move the schedule past ``fire_at`` and insert its job, atomically; None if the tick
         was fired already (by another worker) or the schedule is gone or inactive."""
-        conn = self._conns.get()
-        with write(conn, self._shared.writer):
+        with self._writing() as conn:
             row = conn.execute(
                 self._q["schedules_advance"],
                 {"name": params.name, "fire_at": params.fire_at, "next_at": params.next_at},
             ).fetchone()
             if row is None:
                 return None
-            job = _job_from_json(row[0])
+            job = _rows.job_from_json(row[0])
             key = job.idempotency_key or f"cron:{params.name}:{params.fire_at!r}"
             job = dataclasses.replace(job, run_at=params.fire_at, idempotency_key=key)
             # QueueFull propagates and rolls back the advance with the insert: the tick stays
@@ -635,84 +582,3 @@ class SQLiteBackend:
     def close(self) -> None:
         """Close every connection of this backend; safe to call twice."""
         self._conns.close()
-
-
-# --- row decoding ----------------------------------------------------------------------------
-
-
-def _parse_id(job_id: str) -> int | None:
-    """The integer key of a job id, or ``None`` if it cannot name a job."""
-    if (
-        isinstance(job_id, str)
-        and job_id.isascii()
-        and job_id.isdigit()
-        and len(job_id) <= _MAX_ID_DIGITS
-    ):
-        return int(job_id)
-    return None
-
-
-def _text(value: Any) -> str:
-    """Decode a wide text column read as BLOB; bytes that are not UTF-8 become U+FFFD."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return "" if value is None else str(value)
-
-
-def _text_or_none(value: Any) -> str | None:
-    return None if value is None else _text(value)
-
-
-def _float_or_none(value: Any) -> float | None:
-    # SQLite stores an integral REAL as an integer on disk and RETURNING may hand it back so.
-    return None if value is None else float(value)
-
-
-def _storable(text: str | None) -> str | None:
-    """``text`` with lone surrogates escaped, so that it encodes as UTF-8."""
-    if text is None:
-        return None
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _job_json(job: NewJob) -> str:
-    """A schedule's job as stored: sorted keys, so equal jobs are equal text."""
-    return json.dumps(dataclasses.asdict(job), sort_keys=True)
-
-
-def _job_from_json(text: str) -> NewJob:
-    data = json.loads(text)
-    known = {f.name for f in dataclasses.fields(NewJob)}
-    return NewJob(**{k: v for k, v in data.items() if k in known})
-
-
-def _queue_names(value: str) -> tuple[str, ...]:
-    try:
-        names = json.loads(value)
-    except ValueError:
-        return ()
-    return tuple(str(n) for n in names) if isinstance(names, list) else ()
-
-
-def _record(r: Sequence[Any]) -> JobRecord:
-    """A row of the record column list used by ``jobs_get`` and friends."""
-    return JobRecord(
-        id=str(r[0]),
-        name=r[1],
-        queue=r[2],
-        payload=_text(r[3]),
-        status=r[4],
-        priority=r[5],
-        attempts=r[6],
-        max_attempts=r[7],
-        run_at=float(r[8]),
-        created_at=float(r[9]),
-        started_at=_float_or_none(r[10]),
-        finished_at=_float_or_none(r[11]),
-        worker_id=r[12],
-        result=_text_or_none(r[13]),
-        error=_text_or_none(r[14]),
-        parent_id=r[15],
-        idempotency_key=r[16],
-        delivery=r[17],
-    )

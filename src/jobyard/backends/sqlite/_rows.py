@@ -1,0 +1,158 @@
+"""Rows of ``queries.sql`` to the records of :mod:`jobyard.backends.base`, and back.
+
+Each function here knows the column list of the statements it decodes; ``queries.sql`` names
+which functions read which statements. Decoding never raises on a corrupt row: a payload, result
+or error that is not valid text comes back with U+FFFD in place of the bad bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..base import ClaimedJob, JobRecord, NewJob, QueueConfig, Schedule, WorkerInfo
+
+_MAX_ID_DIGITS = 18  # below 2**63: SQLite's INTEGER PRIMARY KEY range
+
+
+def parse_id(job_id: str) -> int | None:
+    """The integer key of a job id, or ``None`` if it cannot name a job (``"1.0"``, ``" 1"``,
+    ``"٣"``: SQLite would happily coerce some of these; a job id is its exact decimal form)."""
+    if (
+        isinstance(job_id, str)
+        and job_id.isascii()
+        and job_id.isdigit()
+        and len(job_id) <= _MAX_ID_DIGITS
+    ):
+        return int(job_id)
+    return None
+
+
+def text(value: Any) -> str:
+    """Decode a wide text column read as BLOB; bytes that are not UTF-8 become U+FFFD."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def text_or_none(value: Any) -> str | None:
+    """:func:`text`, keeping NULL."""
+    return None if value is None else text(value)
+
+
+def float_or_none(value: Any) -> float | None:
+    """A REAL column, keeping NULL.
+
+    SQLite stores an integral REAL as an integer on disk, and RETURNING may hand it back so.
+    """
+    return None if value is None else float(value)
+
+
+def storable(value: str | None) -> str | None:
+    """``value`` with lone surrogates escaped, so that it encodes as UTF-8."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def record(r: Sequence[Any]) -> JobRecord:
+    """A row of the record columns of ``jobs_get``, ``jobs_list``, ``jobs_cancel``,
+    ``jobs_retry``."""
+    return JobRecord(
+        id=str(r[0]),
+        name=r[1],
+        queue=r[2],
+        payload=text(r[3]),
+        status=r[4],
+        priority=r[5],
+        attempts=r[6],
+        max_attempts=r[7],
+        run_at=float(r[8]),
+        created_at=float(r[9]),
+        started_at=float_or_none(r[10]),
+        finished_at=float_or_none(r[11]),
+        worker_id=r[12],
+        result=text_or_none(r[13]),
+        error=text_or_none(r[14]),
+        parent_id=r[15],
+        idempotency_key=r[16],
+        delivery=r[17],
+    )
+
+
+def claim_order(r: Sequence[Any]) -> tuple[int, float, int]:
+    """Sort key of a ``jobs_claim`` row: priority DESC, run_at, id (RETURNING keeps no order)."""
+    return (-r[12], r[13], r[0])
+
+
+def claimed(r: Sequence[Any]) -> ClaimedJob:
+    """A row returned by ``jobs_claim``."""
+    return ClaimedJob(
+        id=str(r[0]),
+        name=r[1],
+        queue=r[2],
+        payload=text(r[3]),
+        attempts=r[4],
+        max_attempts=r[5],
+        backoff=r[6],
+        timeout=float_or_none(r[7]),
+        lease=float(r[8]),
+        token=r[9],
+        delivery=r[10],
+        parent_id=r[11],
+    )
+
+
+def queue_config(r: Sequence[Any]) -> QueueConfig:
+    """A row of ``queues_list``."""
+    return QueueConfig(
+        name=r[0],
+        max_concurrency=r[1],
+        max_attempts=r[2],
+        backoff=r[3],
+        max_pending=r[4],
+        paused=bool(r[5]),
+    )
+
+
+def worker(r: Sequence[Any]) -> WorkerInfo:
+    """A row of ``workers_list``."""
+    try:
+        names = json.loads(r[3])
+    except ValueError:
+        names = []
+    return WorkerInfo(
+        id=r[0],
+        host=r[1],
+        pid=r[2],
+        queues=tuple(str(n) for n in names) if isinstance(names, list) else (),
+        concurrency=r[4],
+        started_at=float(r[5]),
+        last_seen=float(r[6]),
+    )
+
+
+def job_json(job: NewJob) -> str:
+    """A schedule's job as stored: sorted keys, so equal jobs are equal text."""
+    return json.dumps(dataclasses.asdict(job), sort_keys=True)
+
+
+def job_from_json(stored: str) -> NewJob:
+    """The job of a schedule row; fields this version does not know are ignored."""
+    data = json.loads(stored)
+    known = {f.name for f in dataclasses.fields(NewJob)}
+    return NewJob(**{k: v for k, v in data.items() if k in known})
+
+
+def schedule(r: Sequence[Any]) -> Schedule:
+    """A row of ``schedules_list``."""
+    return Schedule(
+        name=r[0],
+        cron=r[1],
+        job=job_from_json(r[2]),
+        active=bool(r[3]),
+        next_run_at=float_or_none(r[4]),
+        last_run_at=float_or_none(r[5]),
+    )
