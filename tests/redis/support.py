@@ -22,6 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 import redis
 
 SHARED_HOST = "127.0.0.1"
@@ -151,8 +154,10 @@ class Server:
         return f"redis://{SHARED_HOST}:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        """A plain client of this server."""
-        return redis.Redis(host=SHARED_HOST, port=self.port, socket_timeout=5)
+        """A plain client of this server, which does not retry (a stopped server fails fast)."""
+        return redis.Redis(
+            host=SHARED_HOST, port=self.port, socket_timeout=5, retry=Retry(NoBackoff(), 0)
+        )
 
     def start(self) -> None:
         """Start (or start again, on the same port and directory)."""
