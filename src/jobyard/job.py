@@ -194,9 +194,12 @@ class JobOptions:
         if self.delay < 0:
             raise ConfigurationError("delay must not be negative")
         key = self.idempotency_key
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
+        if key is not None and (
+            not isinstance(key, str) or not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or "\x00" in key
+        ):
             raise ConfigurationError(
-                f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters"
+                f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters "
+                "without NUL"
             )
 
     def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
