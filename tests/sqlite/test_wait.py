@@ -15,6 +15,7 @@ from jobyard.backends.base import (
     JobsListParams,
     JobsWaitParams,
     Outcome,
+    QueueConfig,
 )
 from jobyard.backends.sqlite.backend import SQLiteBackend
 
@@ -137,3 +138,21 @@ def test_commits_that_make_nothing_due_do_not_wake_other_processes(
     woken, took = timed_wait(waiter, ["q"], 0.5)
     assert not woken and took >= 0.49
     assert configurer.finish() and delayer.finish()
+
+
+def test_jobs_another_process_could_not_claim_do_not_wake_it(
+    open_backend: Callable[..., SQLiteBackend], url: str, spawn_child: Callable[..., Child]
+) -> None:
+    # given due jobs in a paused queue and in a queue whose only slot is taken
+    waiter = open_backend()
+    waiter.queues_configure(QueueConfig("paused", paused=True))
+    waiter.queues_configure(QueueConfig("full", max_concurrency=1))
+    insert(waiter, new(queue="paused"), new(queue="full"), new(queue="full"))
+    assert len(waiter.jobs_claim(JobsClaimParams("w", ["full"], 5))) == 1
+    # when another process keeps committing
+    configurer = spawn_child(_procs.configure_until_stopped, url)
+    wait_until(lambda: len(waiter.queues_list()) == 3, what="the first foreign commit")
+    # then a worker of those queues sleeps on: a claim would find nothing
+    woken, took = timed_wait(waiter, ["paused", "full"], 0.5)
+    assert not woken and took >= 0.49
+    assert configurer.finish()

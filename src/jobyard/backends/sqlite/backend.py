@@ -413,9 +413,9 @@ class SQLiteBackend:
                 signal.cond.wait(min(remaining, self.poll_interval))
                 if signal.snapshot(queues) != seen:
                     return True
-            # Another process committed something. Most commits are other workers' claims and
-            # acks; wake only if one of our queues has a due job, so idle workers do not all
-            # rush for the write lock after every commit.
+            # Another connection committed something. Most commits are other workers' claims
+            # and acks: wake only if a claim would find a job (jobs_due), so that idle workers
+            # do not all rush for the write lock after every commit.
             current = conn.execute(q["data_version"]).fetchone()[0]
             if current != version:
                 version = current

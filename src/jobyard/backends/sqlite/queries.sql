@@ -231,18 +231,25 @@ SET status = 'pending',
 WHERE id = :id AND status = 'running' AND token = :token
 
 -- name: jobs_due
--- Whether any of :queues has a due pending job: how an idle worker in another process tells a
--- commit that matters to it from any other commit. Read-only, so it never waits for a writer.
--- Correlated per queue so that each probe is a seek into jobs_pending, never a scan of every
--- pending job.
+-- Whether a claim on :queues would find something: a due pending job in a queue that is not
+-- paused and has room under its max_concurrency. This is how an idle worker in another process
+-- tells a commit that matters to it from any other commit (most are other workers' claims and
+-- acks). Read-only, so it never waits for a writer. Correlated per queue so that each probe is
+-- a seek into jobs_pending, never a scan of every pending job.
 SELECT EXISTS (
-    SELECT 1 FROM json_each(:queues) AS w
-    WHERE EXISTS (
-        SELECT 1 FROM jobs AS j INDEXED BY jobs_pending
-        WHERE j.queue = w.value
-          AND j.status = 'pending'
-          AND j.run_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
-    )
+    SELECT 1
+    FROM json_each(:queues) AS w
+    LEFT JOIN queues AS q ON q.name = w.value
+    WHERE coalesce(q.paused, 0) = 0
+      AND (q.max_concurrency IS NULL OR q.max_concurrency > (
+          SELECT count(*) FROM jobs AS r WHERE r.queue = w.value AND r.status = 'running'
+      ))
+      AND EXISTS (
+          SELECT 1 FROM jobs AS j INDEXED BY jobs_pending
+          WHERE j.queue = w.value
+            AND j.status = 'pending'
+            AND j.run_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+      )
 )
 
 -- name: leases_renew
