@@ -3,7 +3,10 @@
 jobyard's own URL parameters are taken out before the rest goes to libpq:
 
 - ``schema=NAME``: every jobyard table lives in that schema (each connection's search_path);
-- ``pool_min_size=N`` / ``pool_max_size=N``: the connection pool's bounds (default 1 / 20).
+- ``pool_min_size=N`` / ``pool_max_size=N``: the connection pool's bounds (default 1 / 20);
+- ``worker_commit=async`` (default) or ``sync``: whether the worker's own moves (claims,
+  outcomes, renewals, reaping) skip waiting for the WAL flush; see queries.sql for why that is
+  safe, and when it is not used even so.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Settings:
     schema: str | None
     pool_min: int
     pool_max: int
+    async_commit: bool = True
 
     @property
     def search_path(self) -> str | None:
@@ -64,6 +68,7 @@ def parse_url(url: str) -> Settings:
     parts = urlsplit(url)
     schema: str | None = None
     pool_min, pool_max = DEFAULT_POOL_MIN, DEFAULT_POOL_MAX
+    async_commit = True
     rest: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key == "schema":
@@ -76,6 +81,10 @@ def parse_url(url: str) -> Settings:
             pool_min = _int_param(key, value, 0)
         elif key == "pool_max_size":
             pool_max = _int_param(key, value, 1)
+        elif key == "worker_commit":
+            if value not in ("async", "sync"):
+                raise ConfigurationError("URL parameter worker_commit must be async or sync")
+            async_commit = value == "async"
         else:
             rest.append((key, value))
     pool_min = min(pool_min, pool_max)
@@ -85,14 +94,20 @@ def parse_url(url: str) -> Settings:
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(f"invalid PostgreSQL URL: {exc}") from None
     kwargs: dict[str, Any] = {"autocommit": True}
+    # Generic plans for jobyard's prepared statements: planning the claim afresh each time (a
+    # custom plan, PostgreSQL's first choice) costs several times its execution, and none of
+    # these statements has parameters whose values should change its plan. A connection lent
+    # to a handler gets the default back for its transaction (connection_acquire).
+    options = str(given.get("options") or "")
+    options += " -c plan_cache_mode=force_generic_plan"
     if "application_name" not in given:
         kwargs["application_name"] = "jobyard"
     if "connect_timeout" not in given:
         kwargs["connect_timeout"] = 10
     if schema is not None:
-        options = str(given.get("options") or "")
-        kwargs["options"] = f"{options} -c search_path={schema},pg_temp".strip()
-    return Settings(conninfo, kwargs, schema, pool_min, pool_max)
+        options += f" -c search_path={schema},pg_temp"
+    kwargs["options"] = options.strip()
+    return Settings(conninfo, kwargs, schema, pool_min, pool_max, async_commit)
 
 
 def check_idle(conn: psycopg.Connection[Any]) -> None:

@@ -104,7 +104,8 @@ class PostgresBackend:
     """The ``postgresql://`` (or ``postgres://``) store. See the module docstring.
 
     URL parameters of jobyard's own: ``schema=NAME`` (every table in that schema; it is created
-    by ``jobyard migrate``), ``pool_min_size`` and ``pool_max_size`` (default 1 and 20).
+    by ``jobyard migrate``), ``pool_min_size`` and ``pool_max_size`` (default 1 and 20),
+    ``worker_commit=async|sync`` (default async: see queries.sql).
     """
 
     def __init__(self, url: str, clock: Clock) -> None:
@@ -322,6 +323,7 @@ class PostgresBackend:
             "queues": queues,
             "limit": params.limit,
             "worker_id": params.worker_id,
+            "async_commit": self._settings.async_commit,
         }
         steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues}), (Q.jobs_claim, args)]
         rows = self._run(lambda c: self._locked(c, steps))
@@ -342,6 +344,8 @@ class PostgresBackend:
             "results": [o.result for o, _ in valid],
             "errors": [o.error for o, _ in valid],
             "delays": [float(o.delay) for o, _ in valid],
+            # On the caller's connection the handler's writes commit too: always durable.
+            "async_commit": params.connection is None and self._settings.async_commit,
         }
         conn = params.connection
         if conn is not None:
@@ -366,6 +370,7 @@ class PostgresBackend:
             "now": self.clock.now(),
             "ids": [n for n, _ in valid],
             "tokens": [t for _, t in valid],
+            "async_commit": self._settings.async_commit,
         }
         lost = {str(r[0]) for r in self._run(lambda c: self._fetch(c, Q.leases_renew, args))}
         return [jid for jid, _ in pairs if jid in lost or parse_job_id(jid) is None]
@@ -379,6 +384,7 @@ class PostgresBackend:
             "limit": params.limit,
             "lease_error": LEASE_LOST_ERROR,
             "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
+            "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
         return [Reaped(str(r[0]), str(r[1])) for r in rows]

@@ -13,6 +13,16 @@
 -- statement_timestamp() is stable within a statement and fresh for each one, and it is the
 -- database's clock, so hosts whose clocks drift agree on leases and due times.
 --
+-- Durability of the worker's own moves (claim, ack, renew, reap): with %(async_commit)s true
+-- their transaction commits with synchronous_commit = off (set_config(..., true) is local to
+-- the statement's own transaction), so a worker never waits for a WAL flush. A database crash
+-- can then forget the last fraction of a second of such moves, which the at-least-once
+-- machinery repairs: a forgotten claim leaves its job pending (it runs again, and the first
+-- run's outcome is refused by its token), a forgotten outcome or renewal leaves its job running
+-- until the lease lapses and the reaper hands it out again. Two cases stay durable, because no
+-- rerun may repair them: a claim that takes an at_most_once job, and a settlement of one.
+-- Enqueues, cancels, re-drives and everything on a caller's connection are always durable.
+--
 -- Result columns of a job record, in JobRecord's field order:
 --   id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
 --   started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
@@ -294,10 +304,18 @@ claimed AS (
     WHERE j.status = 'pending' AND j.id = picked.id
     RETURNING j.id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.backoff,
               j.timeout, j.lease, j.token, j.delivery, j.parent_id, j.priority, j.run_at
+),
+durability AS (
+    SELECT set_config('synchronous_commit', CASE
+               WHEN %(async_commit)s::bool
+                    AND NOT EXISTS (SELECT 1 FROM claimed WHERE delivery = 'at_most_once')
+               THEN 'off' ELSE current_setting('synchronous_commit')
+           END, true) AS mode
 )
 SELECT id, name, queue, payload, attempts, max_attempts, backoff, timeout, lease, token,
        delivery, parent_id
 FROM claimed
+WHERE (SELECT count(*) FROM durability) >= 0
 ORDER BY priority DESC, run_at, id;
 
 
@@ -334,7 +352,8 @@ settled AS (
         lease_expires_at = NULL
     FROM input AS i, clock
     WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
-    RETURNING j.id, j.status, j.queue, j.idempotency_key, j.run_at <= clock.now AS due
+    RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
+              j.run_at <= clock.now AS due
 ),
 freed AS (
     DELETE FROM job_keys AS k
@@ -346,11 +365,18 @@ freed AS (
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (SELECT DISTINCT queue FROM settled WHERE status = 'pending' AND due) AS d
+),
+durability AS (
+    SELECT set_config('synchronous_commit', CASE
+               WHEN %(async_commit)s::bool
+                    AND NOT EXISTS (SELECT 1 FROM settled WHERE delivery = 'at_most_once')
+               THEN 'off' ELSE current_setting('synchronous_commit')
+           END, true) AS mode
 )
 SELECT i.id
 FROM input AS i
 WHERE NOT EXISTS (SELECT 1 FROM settled AS s WHERE s.id = i.id)
-  AND (SELECT count(*) FROM notified) >= 0;
+  AND (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability) >= 0;
 
 
 -- name: leases_renew
@@ -368,8 +394,16 @@ renewed AS (
     FROM input AS i, clock
     WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
     RETURNING j.id
+),
+durability AS (
+    SELECT set_config('synchronous_commit', CASE
+               WHEN %(async_commit)s::bool THEN 'off' ELSE current_setting('synchronous_commit')
+           END, true) AS mode
 )
-SELECT i.id FROM input AS i WHERE NOT EXISTS (SELECT 1 FROM renewed AS r WHERE r.id = i.id);
+SELECT i.id
+FROM input AS i
+WHERE NOT EXISTS (SELECT 1 FROM renewed AS r WHERE r.id = i.id)
+  AND (SELECT count(*) FROM durability) >= 0;
 
 
 -- name: leases_reap
@@ -421,8 +455,16 @@ freed AS (
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'pending') AS d
+),
+durability AS (
+    SELECT set_config('synchronous_commit', CASE
+               WHEN %(async_commit)s::bool THEN 'off' ELSE current_setting('synchronous_commit')
+           END, true) AS mode
 )
-SELECT id, status FROM reaped WHERE (SELECT count(*) FROM notified) >= 0 ORDER BY id;
+SELECT id, status
+FROM reaped
+WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability) >= 0
+ORDER BY id;
 
 
 -- name: queues_configure
