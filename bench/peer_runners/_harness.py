@@ -1,0 +1,230 @@
+"""What every peer runner shares: arguments, the worker process, the drain clock and the idle
+latency probe. Runs in ``bench/.venv-peers`` (the peers' own environment), standard library only.
+
+A runner ``bench_<lib>.py`` is both the driver (``python bench_<lib>.py --url ...``) and the module
+its library's worker imports (``rq worker``, ``celery -A bench_celery``, ...).
+
+Latency: the ``stamp`` task of each library sends ``"<i> <time.time()>"`` in one UDP datagram to
+the driver as its handler starts (``$BENCH_STAMP_PORT``); the driver compares it with the instant
+before it enqueued job ``i``. The no-op task sends nothing: drains are timed by polling the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent))
+
+from bench._common import (  # noqa: E402  (the repository root is on the path only now)
+    DrainClock,
+    emit,
+    emit_latencies,
+    log,
+    spawn,
+    stop_process,
+)
+
+_stamp_sock: socket.socket | None = None
+
+
+def send_stamp(i: int) -> None:
+    """Called first thing by each library's ``stamp`` handler."""
+    global _stamp_sock
+    t = time.time()
+    if _stamp_sock is None:
+        _stamp_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    _stamp_sock.sendto(f"{i} {t!r}".encode(), ("127.0.0.1", int(os.environ["BENCH_STAMP_PORT"])))
+
+
+def store_url() -> str:
+    """The store URL the driver handed to the worker."""
+    return os.environ["BENCH_URL"]
+
+
+class Harness:
+    """Parses the common arguments and runs the four measurements for one library."""
+
+    def __init__(self, lib: str, argv: Sequence[str] | None = None) -> None:
+        parser = argparse.ArgumentParser(description=f"benchmark {lib}")
+        parser.add_argument("--url", required=True)
+        parser.add_argument("--jobs", type=int, default=10_000)
+        parser.add_argument("--concurrency", type=int, default=8)
+        parser.add_argument("--latency-samples", type=int, default=200)
+        parser.add_argument("--batch", type=int, default=1000)
+        parser.add_argument("--drain-timeout", type=float, default=120.0)
+        parser.add_argument("--variant", default="", help="a library-specific setting")
+        parser.add_argument("--keep-log", action="store_true")
+        self.args = parser.parse_args(argv)
+        self.lib = lib
+        self.url: str = self.args.url
+        self.n: int = self.args.jobs
+        self.concurrency: int = self.args.concurrency
+        self.batch: int = self.args.batch
+        os.environ["BENCH_URL"] = self.url
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.stamp_port = self.sock.getsockname()[1]
+        os.environ["BENCH_STAMP_PORT"] = str(self.stamp_port)
+        self.worker: Any = None
+        self.log_path = HERE / f".{lib}-worker.log"
+        self.log_path.unlink(missing_ok=True)
+        print(f"# {lib}: jobs={self.n} concurrency={self.concurrency}", flush=True)
+
+    # enqueue -------------------------------------------------------------------------------
+
+    def enqueue(self, fn: Callable[[], object]) -> None:
+        """``enqueue``: N calls of ``fn``, one job each."""
+        log(f"{self.lib}: enqueue {self.n} jobs one at a time")
+        t0 = time.perf_counter()
+        for _ in range(self.n):
+            fn()
+        emit("enqueue", self.n / (time.perf_counter() - t0), "jobs/s")
+
+    async def enqueue_async(self, fn: Callable[[], Awaitable[object]]) -> None:
+        """``enqueue`` for an async client: each call awaited before the next."""
+        log(f"{self.lib}: enqueue {self.n} jobs one at a time")
+        t0 = time.perf_counter()
+        for _ in range(self.n):
+            await fn()
+        emit("enqueue", self.n / (time.perf_counter() - t0), "jobs/s")
+
+    def enqueue_many(self, fn: Callable[[int], object] | None, note: str = "") -> None:
+        """``enqueue_many``: N jobs through ``fn(size)``, one bulk call per batch; ``None``
+        when the library has no bulk API (then the jobs are enqueued one at a time, untimed, so
+        the drain has as many jobs as for every other library)."""
+        if fn is None:
+            emit("enqueue_many", None, "", note or "no bulk API")
+            return
+        log(f"{self.lib}: enqueue_many {self.n} jobs in batches of {self.batch}")
+        t0 = time.perf_counter()
+        done = 0
+        while done < self.n:
+            size = min(self.batch, self.n - done)
+            fn(size)
+            done += size
+        emit("enqueue_many", self.n / (time.perf_counter() - t0), "jobs/s", note)
+
+    async def enqueue_many_async(
+        self, fn: Callable[[int], Awaitable[object]] | None, note: str = ""
+    ) -> None:
+        if fn is None:
+            emit("enqueue_many", None, "", note or "no bulk API")
+            return
+        log(f"{self.lib}: enqueue_many {self.n} jobs in batches of {self.batch}")
+        t0 = time.perf_counter()
+        done = 0
+        while done < self.n:
+            size = min(self.batch, self.n - done)
+            await fn(size)
+            done += size
+        emit("enqueue_many", self.n / (time.perf_counter() - t0), "jobs/s", note)
+
+    # the worker ----------------------------------------------------------------------------
+
+    def start_worker(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        """The library's own worker, one process, started from this directory."""
+        bindir = str(Path(sys.executable).parent)
+        full_env = {
+            "BENCH_URL": self.url,
+            "BENCH_STAMP_PORT": str(self.stamp_port),
+            "PYTHONPATH": str(HERE),
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+            **(env or {}),
+        }
+        cmd = list(argv)
+        if not os.path.isabs(cmd[0]) and (Path(bindir) / cmd[0]).exists():
+            cmd[0] = str(Path(bindir) / cmd[0])
+        log(f"{self.lib}: worker: {' '.join(cmd)}")
+        self.worker = spawn(cmd, env=full_env, cwd=HERE, log_path=self.log_path)
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            stop_process(self.worker, timeout=15)
+            self.worker = None
+        if not self.args.keep_log:
+            self.log_path.unlink(missing_ok=True)
+
+    # drain ---------------------------------------------------------------------------------
+
+    def drain(self, total: int, poll: Callable[[], tuple[int, int]], note: str = "") -> None:
+        """``drain``: from the first job seen started to the last seen finished, polling the
+        store (``poll`` returns started and finished counts of the ``total`` jobs)."""
+        log(f"{self.lib}: drain {total} no-op jobs, one worker process")
+
+        def checked() -> tuple[int, int]:
+            if self.worker is not None and self.worker.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the {self.lib} worker exited:\n{tail}")
+            return poll()
+
+        clock = DrainClock(total, checked, timeout=self.args.drain_timeout)
+        rate = clock.run()
+        assert clock.first is not None and clock.last is not None
+        text = f"{clock.finished} jobs in {clock.last - clock.first:.2f}s"
+        if clock.timed_out:
+            text += ", TIMED OUT: partial rate"
+        emit("drain", rate, "jobs/s", "; ".join(x for x in (text, note) if x))
+
+    # idle latency --------------------------------------------------------------------------
+
+    def latency(
+        self, enqueue_stamp: Callable[[int], Any], settle: float = 1.0, max_gap: float = 0.05
+    ) -> None:
+        """Enqueue-to-start with the worker idle: one ``stamp`` job at a time, a random pause of
+        10 ms to ``max_gap`` between them (a worker that polls every P seconds needs
+        ``max_gap`` >= P, or the samples lock onto its polling phase). ``enqueue_stamp(i)`` may
+        return an awaitable (run here)."""
+        import asyncio
+        import inspect
+
+        samples = self.args.latency_samples
+        log(f"{self.lib}: idle latency, {samples} samples")
+        time.sleep(settle)
+        self.sock.settimeout(0)
+        try:  # drop anything stale
+            while True:
+                self.sock.recv(256)
+        except BlockingIOError:
+            pass
+        loop: asyncio.AbstractEventLoop | None = None
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            loop = None
+        values: list[float] = []
+        lost = 0
+        for i in range(samples):
+            time.sleep(random.uniform(0.01, max(max_gap, 0.01)))
+            t0 = time.time()
+            res = enqueue_stamp(i)
+            if inspect.isawaitable(res):
+                assert loop is not None
+                loop.run_until_complete(res)  # type: ignore[arg-type]
+            deadline = time.monotonic() + 30
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    lost += 1
+                    break
+                self.sock.settimeout(left)
+                try:
+                    data = self.sock.recv(256).decode()
+                except TimeoutError:
+                    lost += 1
+                    break
+                idx, _, stamp = data.partition(" ")
+                if int(idx) == i:
+                    values.append((float(stamp) - t0) * 1000.0)
+                    break
+        if lost:
+            log(f"{self.lib}: {lost} latency samples never started within 30s")
+        emit_latencies(values)

@@ -1,0 +1,86 @@
+"""Celery with the Redis broker. Worker: ``celery -A bench_celery worker -Q bench --pool threads
+-c 8`` (one process; ``--variant prefork`` runs Celery's default prefork pool: 8 child processes).
+``task_acks_late``: a message is acknowledged after its task ran, as jobyard does; no result
+backend (results ignored, Celery's default). No bulk enqueue API (``group`` publishes one message
+per task): n/a."""
+
+from __future__ import annotations
+
+import os
+
+from _harness import send_stamp
+from celery import Celery
+
+# never a default store: the driver sets $BENCH_URL before this module is imported
+app = Celery("bench", broker=os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"))
+app.conf.update(
+    task_acks_late=True,
+    task_ignore_result=True,
+    task_default_queue="bench",
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+
+
+@app.task(name="noop")
+def noop() -> None:
+    pass
+
+
+@app.task(name="stamp")
+def stamp(i: int) -> None:
+    send_stamp(i)
+
+
+def main() -> None:
+    from _harness import Harness
+
+    from redis import Redis
+
+    h = Harness("celery")  # sets $BENCH_URL
+    import bench_celery as tasks  # by module name, as the worker sees it
+
+    redis = Redis.from_url(h.url)
+    tasks.noop.delay()  # open the producer connection before timing
+    redis.delete("bench")
+    h.enqueue(lambda: tasks.noop.delay())
+    h.enqueue_many(None, "no bulk API (group publishes one message per task)")
+    for _ in range(h.n):
+        tasks.noop.delay()
+    total = 2 * h.n
+    pool = ["--pool", "prefork"] if h.args.variant == "prefork" else ["--pool", "threads"]
+    h.start_worker(
+        [
+            "celery",
+            "-A",
+            "bench_celery",
+            "worker",
+            "-Q",
+            "bench",
+            *pool,
+            "-c",
+            str(h.concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "WARNING",
+        ]
+    )
+
+    def poll() -> tuple[int, int]:
+        pipe = redis.pipeline(transaction=False)
+        pipe.llen("bench")
+        pipe.hlen("unacked")
+        waiting, unacked = pipe.execute()
+        return total - waiting, total - waiting - unacked
+
+    try:
+        h.drain(total, poll, f"pool {pool[1]}, acks_late")
+        h.latency(lambda i: tasks.stamp.delay(i))
+    finally:
+        h.stop_worker()
+
+
+if __name__ == "__main__":
+    main()

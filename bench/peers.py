@@ -1,0 +1,264 @@
+"""Peer libraries on the same workloads as ``bench/throughput.py``, side by side.
+
+    python bench/peers.py --store {postgres,redis} --jobs N [--with-jobyard]
+
+Each library runs in ``bench/.venv-peers`` (created here with pip from
+``bench/requirements-peers.txt`` if it is missing; never jobyard's own venv) through its runner
+``bench/peer_runners/bench_<lib>.py``, which prints the same four figures as throughput.py:
+enqueue (one at a time), enqueue_many (the library's bulk API, else n/a), drain (no-op jobs, one
+worker process of the library's own, concurrency 8 where it has a setting), and idle latency
+p50/p95/p99 (enqueue-to-start, one job at a time, measured with a UDP datagram the handler sends
+as it starts). Each library gets a fresh store: a private redis-server on a free port, or a fresh
+PostgreSQL database ``bench_<lib>_<random>`` (dropped afterwards). ``--with-jobyard`` runs
+jobyard's throughput.py in the same run (as ``bench/compare.py`` does) and prints one table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import (
+    BENCH_DIR,
+    FIGURES,
+    log,
+    parse_figures,
+    private_redis,
+    scratch_database,
+)
+
+PEERS_VENV = BENCH_DIR / ".venv-peers"
+PEERS_PYTHON = PEERS_VENV / "bin" / "python"
+REQUIREMENTS = BENCH_DIR / "requirements-peers.txt"
+
+
+@dataclass(frozen=True)
+class Peer:
+    label: str  # the row's name
+    module: str  # bench/peer_runners/bench_<module>.py
+    variant: str = ""
+    extra: bool = False  # only with --all-variants
+
+
+PEERS: dict[str, list[Peer]] = {
+    "postgres": [
+        Peer("procrastinate", "procrastinate"),
+        Peer("pgqueuer", "pgqueuer"),
+        Peer("pgqueuer (batch 4, 8 tasks)", "pgqueuer", "batch4", extra=True),
+    ],
+    "redis": [
+        Peer("rq (fork per job)", "rq"),
+        Peer("rq (SimpleWorker)", "rq", "simple"),
+        Peer("celery (threads 8)", "celery"),
+        Peer("celery (prefork 8)", "celery", "prefork", extra=True),
+        Peer("dramatiq", "dramatiq"),
+        Peer("arq", "arq"),
+        Peer("saq", "saq"),
+    ],
+}
+
+# The targets of issues 2-4, for the jobyard rows: (figure, bound, "min" or "max").
+TARGETS: dict[str, list[tuple[str, float, str]]] = {
+    "sqlite": [("drain", 3000, "min"), ("enqueue_many", 30000, "min")],
+    "postgres": [
+        ("drain", 5000, "min"),
+        ("enqueue_many", 20000, "min"),
+        ("latency p50", 5, "max"),
+        ("latency p99", 25, "max"),
+    ],
+    "redis": [
+        ("drain", 8000, "min"),
+        ("enqueue_many", 50000, "min"),
+        ("latency p50", 2, "max"),
+        ("latency p99", 10, "max"),
+    ],
+}
+TARGETS["redis_cluster"] = TARGETS["redis"]
+
+
+@dataclass
+class Row:
+    label: str
+    figures: dict[str, float | None] = field(default_factory=dict)
+    error: str = ""
+
+
+def ensure_peers_venv() -> None:
+    """Create bench/.venv-peers with the pinned peers if it is not there yet."""
+    stamp = PEERS_VENV / ".installed"
+    if (
+        PEERS_PYTHON.exists()
+        and stamp.exists()
+        and stamp.stat().st_mtime >= REQUIREMENTS.stat().st_mtime
+    ):
+        return
+    log(f"creating {PEERS_VENV} (peer libraries, pinned in {REQUIREMENTS.name})")
+    if not PEERS_PYTHON.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    pip = [str(PEERS_PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
+    stamp.touch()
+
+
+@contextlib.contextmanager
+def fresh_store(store: str, label: str) -> Iterator[str]:
+    if store == "redis":
+        with private_redis() as url:
+            yield url
+    else:
+        with scratch_database(label) as url:
+            yield url
+
+
+def run_child(argv: list[str], timeout: float) -> tuple[dict[str, float | None], str]:
+    """Run one benchmark process; its figures, and the tail of its output if it failed."""
+    try:
+        res = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, cwd=BENCH_DIR
+        )
+    except subprocess.TimeoutExpired:
+        return {}, f"timed out after {timeout:.0f}s"
+    sys.stdout.write("".join(f"    {line}\n" for line in res.stdout.splitlines()))
+    sys.stdout.flush()
+    figures = parse_figures(res.stdout)
+    error = "" if res.returncode == 0 else f"exit {res.returncode}"
+    return figures, error
+
+
+def run_peer(peer: Peer, store: str, args: argparse.Namespace) -> Row:
+    log(f"peer {peer.label}")
+    script = BENCH_DIR / "peer_runners" / f"bench_{peer.module}.py"
+    with fresh_store(store, peer.module) as url:
+        argv = [
+            str(PEERS_PYTHON),
+            str(script),
+            "--url",
+            url,
+            "--jobs",
+            str(args.jobs),
+            "--concurrency",
+            str(args.concurrency),
+            "--latency-samples",
+            str(args.latency_samples),
+            "--drain-timeout",
+            str(args.drain_timeout),
+        ]
+        if peer.variant:
+            argv += ["--variant", peer.variant]
+        figures, error = run_child(argv, timeout=args.peer_timeout)
+    return Row(peer.label, figures, error)
+
+
+def run_jobyard(backend: str, args: argparse.Namespace) -> Row:
+    log(f"jobyard on {backend}")
+    argv = [
+        sys.executable,
+        str(BENCH_DIR / "throughput.py"),
+        "--backend",
+        backend,
+        "--jobs",
+        str(args.jobs),
+        "--concurrency",
+        str(args.concurrency),
+        "--latency-samples",
+        str(args.latency_samples),
+    ]
+    figures, error = run_child(argv, timeout=args.peer_timeout)
+    return Row(f"jobyard ({backend})", figures, error)
+
+
+def _fmt(value: float | None, figure: str) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if figure.startswith("latency"):
+        return f"{value:.2f}"
+    return f"{value:,.0f}"
+
+
+def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str]]) -> None:
+    """One row per library, the same columns for all; the targets as a last row."""
+    heads = ["library", "enqueue/s", "enqueue_many/s", "drain/s", "p50 ms", "p95 ms", "p99 ms"]
+    table: list[list[str]] = []
+    for row in rows:
+        cells = [row.label]
+        for figure in FIGURES:
+            if figure not in row.figures:
+                cells.append("-" if not row.error else "ERR")
+            else:
+                cells.append(_fmt(row.figures[figure], figure))
+        table.append(cells)
+    if targets:
+        goal = {f: (">=" if kind == "min" else "<=") + _fmt(v, f) for f, v, kind in targets}
+        table.append(["jobyard target", *(goal.get(f, "") for f in FIGURES)])
+    widths = [max(len(r[i]) for r in [heads, *table]) for i in range(len(heads))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest])
+
+    print()
+    print(title)
+    print(line(heads))
+    print("  ".join("-" * w for w in widths))
+    for cells in table:
+        print(line(cells))
+    errors = [r for r in rows if r.error]
+    for r in errors:
+        print(f"  {r.label}: {r.error}")
+    sys.stdout.flush()
+
+
+def selected_peers(args: argparse.Namespace) -> list[Peer]:
+    peers = [p for p in PEERS[args.store] if args.all_variants or not p.extra]
+    if args.libs:
+        wanted = {x.strip() for x in args.libs.split(",")}
+        peers = [p for p in PEERS[args.store] if p.module in wanted or p.label in wanted]
+    return peers
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--store", choices=("postgres", "redis"), required=True)
+    p.add_argument("--jobs", type=int, default=10_000, help="N (each drain runs 2N)")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--latency-samples", type=int, default=200)
+    p.add_argument("--drain-timeout", type=float, default=60.0, help="a slower drain: partial rate")
+    p.add_argument("--peer-timeout", type=float, default=900.0)
+    p.add_argument("--libs", default="", help="comma-separated runner names (rq,celery,...)")
+    p.add_argument("--all-variants", action="store_true", help="also the extra settings rows")
+    return p
+
+
+def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--with-jobyard", action="store_true", help="jobyard's figures in the table")
+    args = p.parse_args(argv)
+    with_jobyard = with_jobyard or args.with_jobyard
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    ensure_peers_venv()
+    rows: list[Row] = []
+    if with_jobyard:
+        rows.append(run_jobyard(args.store, args))
+    for peer in selected_peers(args):
+        rows.append(run_peer(peer, args.store, args))
+    title = (
+        f"{args.store}: {args.jobs} jobs one at a time, {args.jobs} in bulk, drain of "
+        f"{2 * args.jobs} no-op jobs by one worker process, {args.latency_samples} idle samples"
+    )
+    print_table(title, rows, TARGETS[args.store] if with_jobyard else [])
+
+
+if __name__ == "__main__":
+    main()
