@@ -31,5 +31,15 @@ test: $(STAMP) services lint typecheck
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py --backend sqlite
 
+# Peer libraries live in bench/.venv-peers (created by bench/peers.py from requirements-peers.txt).
+.PHONY: bench-peers bench-compare
+bench-peers: $(STAMP) services
+	$(BIN)/python bench/peers.py --store redis
+	$(BIN)/python bench/peers.py --store postgres
+
+bench-compare: $(STAMP) services
+	$(BIN)/python bench/compare.py --store redis
+	$(BIN)/python bench/compare.py --store postgres
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache jobyard.db*
