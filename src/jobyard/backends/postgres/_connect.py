@@ -114,13 +114,16 @@ def check_idle(conn: psycopg.Connection[Any]) -> None:
     """The pool's check on every checkout: refuse a connection the server has dropped, without
     a round trip. An idle connection that does not LISTEN receives nothing, so a readable
     socket means the server has sent a farewell (``pg_terminate_backend``, a restart) or
-    closed it: raising makes the pool discard it and hand out a sound one instead."""
+    closed it. The pool discards a connection that failed its check only if it is closed (it
+    puts one that looks sound back and hands it out again, failing the same check until the
+    checkout times out), so close it before raising: the pool then opens a fresh one."""
     pgconn = conn.pgconn
     if pgconn.status != pq.ConnStatus.OK:
         raise psycopg.OperationalError("the connection is closed")
     poller = select.poll()
     poller.register(pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
     if poller.poll(0):
+        conn.close()
         raise psycopg.OperationalError("the server sent data to an idle connection: dropping it")
 
 
