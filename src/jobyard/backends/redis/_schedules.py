@@ -147,7 +147,7 @@ def fire(b: RedisBackend, params: SchedulesFireParams) -> Inserted | None:
         return None
     if reply[0] == "full":
         raise QueueFull(reply[1], int(reply[2]))
-    created = reply[2] == 1
+    created = reply[2] == "1"
     if b.cluster and created:
         b._wake_after({queue: 1})
     return Inserted(job_id(queue, reply[1]), created)

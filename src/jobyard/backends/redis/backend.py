@@ -266,7 +266,9 @@ class RedisBackend:
         reply = self._run("jobs_insert", keys, args)
         if reply[0] == "full":
             raise QueueFull(reply[1], int(reply[2]))
-        return [(reply[i], reply[i + 1] == 1) for i in range(1, len(reply), 2)]
+        if dry:
+            return []
+        return list(zip(reply[1].split(","), (f == "1" for f in reply[2]), strict=True))
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job (an id that is not ours: ``None``)."""

@@ -157,7 +157,8 @@ end
 --   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
 --   o.registry (set key or nil),
 --   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts
--- Returns {"ok", number1, created1, ...} or {"full", queue, max_pending}.
+-- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number)}
+-- (two strings: a batch's reply stays small) or {"full", queue, max_pending}.
 local function insert_jobs(o)
   local ng = #o.names
   local groups, cfg, fresh = {}, {}, {}
@@ -219,9 +220,22 @@ local function insert_jobs(o)
     nextn = redis.call('INCRBY', o.seq_key, total) - total + 1
   end
 
-  -- Second pass: write the new jobs.
-  local out = {'ok'}
-  local numbers = {}
+  -- Second pass: write the new jobs. Index entries are gathered and added with one ZADD per
+  -- set and chunk: a batch of thousands of jobs costs one HSET per job and little else.
+  local numbers, flags = {}, {}
+  local levels = {} -- priority -> its ready set's key, once per batch
+  local adds = {} -- key -> {score, member, score, member, ...}
+  local order = {}
+  local function add(key, score, member)
+    local t = adds[key]
+    if not t then
+      t = {}
+      adds[key] = t
+      order[#order + 1] = key
+    end
+    t[#t + 1] = score
+    t[#t + 1] = member
+  end
   for i, job in ipairs(o.jobs) do
     local p = plan[i]
     local n, created
@@ -241,12 +255,16 @@ local function insert_jobs(o)
       local k = groups[g]
       local prio = int(job[4])
       local run_at = nz(job[6]) or (o.now + job[5])
+      -- attempts (0) and delivery (at_least_once) are left out while they hold their default
       local fields = {
-        'name', job[2], 'queue', o.names[g], 'payload', job[3], 'status', 'pending',
-        'priority', prio, 'attempts', 0,
+        'name', job[2], 'payload', job[3], 'status', 'pending', 'priority', prio,
         'max_attempts', nz(job[7]) or tonumber(cfg[g][1]) or o.default_attempts,
-        'run_at', run_at, 'created_at', o.now, 'lease', job[10], 'delivery', job[11],
+        'run_at', run_at, 'created_at', o.now, 'lease', job[10],
       }
+      if job[11] ~= 'at_least_once' then
+        fields[#fields + 1] = 'delivery'
+        fields[#fields + 1] = job[11]
+      end
       local backoff = nz(job[8]) or cfg[g][2]
       if backoff then
         fields[#fields + 1] = 'backoff'
@@ -266,11 +284,25 @@ local function insert_jobs(o)
         fields[#fields + 1] = job[13]
       end
       redis.call('HSET', job_key(k, n), unpack(fields))
-      to_ready(k, n, prio, run_at)
+      -- what to_ready does, batched
+      local level = levels[g .. ':' .. prio]
+      if not level then
+        level = k.base .. 'ready:' .. prio
+        levels[g .. ':' .. prio] = level
+        add(k.prios, prio, prio)
+      end
+      add(level, run_at, pad(n))
+      add(k.pending, n, n)
     end
     numbers[i] = n
-    out[#out + 1] = n
-    out[#out + 1] = created
+    flags[i] = created
+  end
+
+  for _, key in ipairs(order) do
+    local t = adds[key]
+    for i = 1, #t, 2000 do -- unpack() is bounded by the Lua C stack (8000 slots)
+      redis.call('ZADD', key, unpack(t, i, math.min(i + 1999, #t)))
+    end
   end
 
   for g = 1, ng do
@@ -285,5 +317,5 @@ local function insert_jobs(o)
       wake(o.wake_keys[g], fresh[g])
     end
   end
-  return out
+  return {'ok', table.concat(numbers, ','), table.concat(flags)}
 end

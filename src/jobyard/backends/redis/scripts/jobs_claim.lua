@@ -79,7 +79,7 @@ for i = 1, math.min(limit, #candidates) do
     local f = redis.call('HMGET', jk, 'status', 'name', 'payload', 'attempts', 'max_attempts',
       'backoff', 'timeout', 'lease', 'delivery', 'parent_id')
     if f[1] == 'pending' then -- anything else is a stale index entry: dropped above
-      local attempts = tonumber(f[4]) + 1
+      local attempts = (tonumber(f[4]) or 0) + 1
       local lease = tonumber(f[8])
       local token = prefix .. '.' .. n
       local expires = now + lease
@@ -89,14 +89,14 @@ for i = 1, math.min(limit, #candidates) do
       out[#out + 1] = tostring(c.g)
       out[#out + 1] = n
       out[#out + 1] = f[2]
-      out[#out + 1] = f[3]
+      out[#out + 1] = f[3] or ''
       out[#out + 1] = int(attempts)
       out[#out + 1] = f[5]
       out[#out + 1] = f[6] or ''
       out[#out + 1] = f[7] or ''
       out[#out + 1] = f[8]
       out[#out + 1] = token
-      out[#out + 1] = f[9]
+      out[#out + 1] = f[9] or 'at_least_once'
       out[#out + 1] = f[10] or ''
     end
   end

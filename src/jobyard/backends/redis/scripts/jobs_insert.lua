@@ -11,8 +11,9 @@
 --           idempotency_key|null, parent_id|null]
 -- Touches: job hashes, ready levels, prios, pending, idem, ttl/alive of each group; with the
 --          global keys: INCRBY on the sequence, SADD on the registry, LPUSH/LTRIM on wake lists.
--- Returns: {"ok", number1, created1, number2, created2, ...} in job order (created: 1 or 0),
---          or {"full", queue, max_pending} having written nothing.
+-- Returns: {"ok", "number1,number2,...", "110..."} in job order (1: created, 0: the number of
+--          the job holding its idempotency key), or {"full", queue, max_pending} having written
+--          nothing.
 
 local names = cjson.decode(ARGV[2])
 local ng = #names

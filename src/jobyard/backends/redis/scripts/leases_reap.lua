@@ -57,7 +57,7 @@ for g = 1, ng do
           status = 'failed'
           redis.call('HSET', jk, 'status', status, 'error', at_most_once_error, 'finished_at', now)
           to_finished(k, jk, n, status, now, failed_ttl)
-        elseif tonumber(f[3]) >= tonumber(f[4]) then
+        elseif (tonumber(f[3]) or 0) >= tonumber(f[4]) then
           status = 'failed'
           redis.call('HSET', jk, 'status', status, 'error', lost_error, 'finished_at', now)
           to_finished(k, jk, n, status, now, failed_ttl)

@@ -10,7 +10,8 @@
 --       take one from the sequence key   [6] "1" = the global keys follow
 --       [7] default max_attempts
 -- Touches: the schedule hash (next_run_at, last_run_at); what jobs_insert.lua touches.
--- Returns: {"ok", number, created}, {"full", queue, max_pending} (nothing changed) or
+-- Returns: {"ok", number, "1" created | "0" held by a job with its idempotency key},
+--          {"full", queue, max_pending} (nothing changed) or
 --          {"skip"} (not active, or not waiting for this tick).
 
 local sk = KEYS[NQ + 1]
