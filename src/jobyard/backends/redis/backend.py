@@ -83,6 +83,11 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _ttl(seconds: float) -> str:
+    """A retention for EXPIRE: whole seconds, at least 1; "0" keeps forever."""
+    return "0" if seconds <= 0 else str(max(1, round(seconds)))
+
+
 def _opt_float(value: str | None) -> float | None:
     return None if value is None or value == "" else float(value)
 
@@ -316,7 +321,7 @@ class RedisBackend:
     def jobs_cancel(self, job_id: str) -> JobRecord:
         """Pending -> cancelled."""
         queue, n = self._locate(job_id)
-        args = [self._now(), n, str(int(self.settings.failed_ttl))]
+        args = [self._now(), n, _ttl(self.settings.failed_ttl)]
         reply = self._run("jobs_cancel", self.keys.queue(queue), args)
         if reply[0] == "missing":
             raise JobNotFound(job_id)
@@ -475,7 +480,7 @@ class RedisBackend:
             o = outcomes[pos]
             return [g, n, o.token, o.kind, o.result, o.error, float(o.delay)]
 
-        ttl = (str(int(self.settings.result_ttl)), str(int(self.settings.failed_ttl)))
+        ttl = (_ttl(self.settings.result_ttl), _ttl(self.settings.failed_ttl))
         return self._fenced("jobs_ack", [o.id for o in outcomes], item, *ttl)
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
@@ -520,8 +525,8 @@ class RedisBackend:
                 self._now(),
                 str(len(names)),
                 str(max(left, 0)),
-                str(int(self.settings.result_ttl)),
-                str(int(self.settings.failed_ttl)),
+                _ttl(self.settings.result_ttl),
+                _ttl(self.settings.failed_ttl),
                 LEASE_LOST_ERROR,
                 AT_MOST_ONCE_LOST_ERROR,
                 "" if self.cluster else "1",
