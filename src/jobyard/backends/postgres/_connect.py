@@ -110,21 +110,20 @@ def parse_url(url: str) -> Settings:
     return Settings(conninfo, kwargs, schema, pool_min, pool_max, async_commit)
 
 
-def check_idle(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check on every checkout: refuse a connection the server has dropped, without
-    a round trip. An idle connection that does not LISTEN receives nothing, so a readable
-    socket means the server has sent a farewell (``pg_terminate_backend``, a restart) or
-    closed it. The pool discards a connection that failed its check only if it is closed (it
-    puts one that looks sound back and hands it out again, failing the same check until the
-    checkout times out), so close it before raising: the pool then opens a fresh one."""
+def is_dropped(conn: psycopg.Connection[Any]) -> bool:
+    """True if the server has dropped this idle connection, found without a round trip.
+
+    An idle connection that does not LISTEN receives nothing, so a readable socket means the
+    server has sent its farewell (``pg_terminate_backend``, a restart) or closed it. Checked on
+    every checkout instead of the pool's ``check`` hook, which sleeps with backoff after each
+    refused connection: a dropped one is simply closed, the pool forgets it, and the next one
+    is taken at once."""
     pgconn = conn.pgconn
     if pgconn.status != pq.ConnStatus.OK:
-        raise psycopg.OperationalError("the connection is closed")
+        return True
     poller = select.poll()
     poller.register(pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
-    if poller.poll(0):
-        conn.close()
-        raise psycopg.OperationalError("the server sent data to an idle connection: dropping it")
+    return bool(poller.poll(0))
 
 
 def configure(conn: psycopg.Connection[Any]) -> None:
@@ -149,7 +148,6 @@ def open_pool(settings: Settings, name: str) -> ConnectionPool[psycopg.Connectio
         min_size=settings.pool_min,
         max_size=settings.pool_max,
         configure=configure,
-        check=check_idle,
         reset=reset,
         name=name,
         open=True,

@@ -46,6 +46,7 @@ class Queries:
     current_schema: str
     listen: str
     ping: str
+    lend: str
     savepoint: str
     savepoint_release: str
     savepoint_rollback: str

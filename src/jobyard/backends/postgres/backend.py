@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import random
 import re
 import threading
@@ -61,15 +62,17 @@ from ..base import (
     WorkersBeatParams,
 )
 from . import _caller, _migrate
-from ._connect import Settings, open_pool, parse_url
+from ._connect import Settings, is_dropped, open_pool, parse_url
 from ._sql import Q
 from .listener import Listener
 
 T = TypeVar("T")
+log = logging.getLogger("jobyard.postgres")
 Conn = psycopg.Connection[Any]
 Row = tuple[Any, ...]
 
 FINISHED = ("completed", "failed", "cancelled")
+RECONNECTS = 3  # retries of a statement whose connection was lost under it
 _ID_RE = re.compile(r"^[0-9]{1,19}$")
 _MAX_ID = 2**63 - 1
 
@@ -123,32 +126,51 @@ class PostgresBackend:
 
     # plumbing -----------------------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[Conn], T], *, reconnect: bool = True) -> T:
+    def _checkout(self) -> Conn:
+        """A pooled connection the server has not dropped (see :func:`is_dropped`)."""
+        for _ in range(self._settings.pool_max + 1):
+            conn = self._pool.getconn()
+            if not is_dropped(conn):
+                return conn
+            conn.close()  # the pool forgets a closed connection and opens a new one
+            self._pool.putconn(conn)
+        return self._pool.getconn()  # a fresh one by now; a statement will tell
+
+    def _run(self, fn: Callable[[Conn], T]) -> T:
         """Run ``fn`` on a pooled connection.
 
         A status change moves a row to another partition, and a concurrent statement that
         reaches the moved row fails with a serialization error even in READ COMMITTED (it
         cannot follow the row across partitions). Each statement here is atomic, so it is
-        simply run again: its new snapshot sees the move. A connection lost in flight (the
-        server restarted, ``pg_terminate_backend``) is retried once on a fresh connection.
+        simply run again: its new snapshot sees the move.
+
+        A connection lost under a statement (the server restarted, ``pg_terminate_backend``)
+        means that statement did not commit (a terminated backend aborts its transaction; a
+        commit that had happened would have been answered first), so it is retried on a fresh
+        connection, up to :data:`RECONNECTS` times: when a whole pool is terminated, the next
+        idle connection may be dead too before its socket says so. (The one ambiguity left is
+        a server crash between a commit and its answer, as for any client: an idempotency key
+        makes an enqueue safe to repeat even then.)
         """
         conflicts = 0
-        reconnects = 1 if reconnect else 0
+        reconnects = RECONNECTS
         while True:
-            used: Conn | None = None
+            conn = self._checkout()
             try:
-                with self._pool.connection() as conn:
-                    used = conn
-                    return fn(conn)
-            except _caller.CONFLICTS:
+                return fn(conn)
+            except _caller.CONFLICTS as exc:
                 conflicts += 1
                 if conflicts > _caller.MAX_CONFLICT_RETRIES:
                     raise
+                log.debug("retrying after a conflict (%s): %s", type(exc).__name__, exc)
                 time.sleep(random.uniform(0, 0.001 * conflicts))  # decorrelate the rivals
-            except psycopg.OperationalError:
-                if used is None or not used.broken or reconnects <= 0:
+            except psycopg.OperationalError as exc:
+                if not conn.broken or reconnects <= 0:
                     raise
                 reconnects -= 1
+                log.info("retrying on a new connection: %s", exc)
+            finally:
+                self._pool.putconn(conn)
 
     @staticmethod
     def _fetch(conn: Conn, query: str, params: dict[str, Any] | None = None) -> list[Row]:
@@ -211,8 +233,8 @@ class PostgresBackend:
     def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
         """Insert jobs in one round trip; raise :class:`QueueFull` (writing nothing) past a
         queue's max_pending. With ``params.connection`` the jobs join the caller's
-        transaction. A connection lost in flight is retried once (an idempotency key makes
-        that retry safe)."""
+        transaction. A statement whose connection was lost is retried on a fresh one (an
+        idempotency key makes that safe even in the rare case where this is ambiguous)."""
         if not params.jobs:
             return []
         steps = self._insert_steps(params.jobs)
@@ -392,16 +414,26 @@ class PostgresBackend:
     # transactional completion -----------------------------------------------------------------
 
     def connection_acquire(self) -> Conn:
-        """A pooled connection for a handler (``jobyard.current_job().connection``); its first
-        statement opens a transaction. Give it back with :meth:`connection_release`."""
-        conn = self._pool.getconn()
-        try:
-            conn.autocommit = False
-        except psycopg.Error:
-            self._pool.putconn(conn)
-            raise
-        self._lent.add(conn)
-        return conn
+        """A pooled connection with a transaction open, for a handler
+        (``jobyard.current_job().connection``); its writes commit with the job's completion
+        (``jobs_ack`` with ``connection=``, then ``commit()``). Give it back with
+        :meth:`connection_release`."""
+        for attempt in range(2):
+            conn = self._checkout()
+            try:
+                conn.autocommit = False
+                conn.execute(Q.lend)
+            except psycopg.OperationalError:
+                self._pool.putconn(conn)  # broken: the pool drops it
+                if attempt:
+                    raise
+                continue
+            except BaseException:
+                self._pool.putconn(conn)
+                raise
+            self._lent.add(conn)
+            return conn
+        raise AssertionError("unreachable")
 
     def connection_release(self, conn: Conn) -> None:
         """Return a connection from :meth:`connection_acquire` to the pool (an open

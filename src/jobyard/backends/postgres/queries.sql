@@ -640,6 +640,13 @@ LISTEN jobyard;
 SELECT 1;
 
 
+-- name: lend
+-- Opens the transaction of a connection lent to a handler, and gives the handler's own
+-- statements PostgreSQL's default plan choice for it (pooled connections force generic plans,
+-- which suit jobyard's statements, not necessarily the handler's).
+SELECT set_config('plan_cache_mode', 'auto', true);
+
+
 -- name: savepoint
 SAVEPOINT jobyard;
 

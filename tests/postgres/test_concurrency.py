@@ -1,0 +1,155 @@
+"""Several processes (and threads) against one schema: idempotency keys, claims, concurrency
+limits and racing state changes hold as they do for one caller."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from jobyard.backends.base import (
+    LEASE_LOST_ERROR,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    JobsListParams,
+    LeasesReapParams,
+    Outcome,
+    QueueConfig,
+)
+from jobyard.backends.postgres.backend import PostgresBackend
+from jobyard.clock import FrozenClock
+from tests.postgres import _procs
+from tests.postgres._procs import run_processes
+from tests.postgres.conftest import insert, new
+
+
+@pytest.mark.parametrize("target", [_procs.enqueue_keys, _procs.enqueue_batch])
+def test_one_key_enqueued_by_four_processes_is_one_job(
+    url: str, backend: PostgresBackend, target: Callable[..., None]
+) -> None:
+    keys = [f"order-{i}" for i in range(100)]
+    reports = run_processes(target, url, keys)
+    for key in keys:
+        answers = {report[key] for report in reports}
+        ids = {job_id for job_id, _ in answers}
+        assert len(ids) == 1, (key, answers)  # every process was told the same job
+        assert sum(created for _, created in answers) == 1  # and exactly one created it
+    jobs = backend.jobs_list(JobsListParams(limit=1000))
+    assert len(jobs) == len(keys)
+    assert Counter(j.idempotency_key for j in jobs) == Counter(keys)
+
+
+def test_four_claimers_never_share_a_job(
+    url: str, open_backend: Callable[..., PostgresBackend]
+) -> None:
+    backend = open_backend()  # the children's clock: the database's
+    total = 2000
+    for _ in range(total // 500):
+        insert(backend, *[new() for _ in range(500)])
+    reports = run_processes(_procs.claim_until_empty, url, 7, True)
+    claimed = [job_id for report in reports for job_id in report]
+    assert len(claimed) == total and len(set(claimed)) == total
+    recs = backend.jobs_list(JobsListParams(status="completed", limit=total))
+    assert len(recs) == total and {r.attempts for r in recs} == {1}
+
+
+def test_max_concurrency_holds_across_processes(
+    url: str, open_backend: Callable[..., PostgresBackend]
+) -> None:
+    backend = open_backend()
+    backend.queues_configure(QueueConfig("q", max_concurrency=3))
+    insert(backend, *[new() for _ in range(50)])
+    reports = run_processes(_procs.claim_until_empty, url, 2, False)
+    assert sum(len(r) for r in reports) == 3  # held, never acknowledged: the limit is full
+    assert backend.jobs_claim(JobsClaimParams("w", ["q"], 10)) == []
+
+
+def test_racing_settlement_and_reaping_agree(
+    open_backend: Callable[..., PostgresBackend], clock: FrozenClock
+) -> None:
+    """Acks and the reaper race for the same jobs: the status changes move rows between
+    partitions under each other (serialization failures, retried inside the backend). Each job
+    ends as exactly one of them decided, and the loser is told."""
+    acker, reaper = open_backend(clock), open_backend(clock)
+    total = 300
+    insert(acker, *[new(lease=5) for _ in range(total)])
+    jobs = acker.jobs_claim(JobsClaimParams("w", ["q"], total))
+    clock.advance(6)
+    refused: list[str] = []
+    reaped: list[str] = []
+    start = threading.Barrier(2)
+
+    def ack() -> None:
+        start.wait()
+        for i in range(0, total, 10):
+            batch = [Outcome(j.id, j.token, "completed", result="1") for j in jobs[i : i + 10]]
+            refused.extend(acker.jobs_ack(JobsAckParams(batch)))
+
+    def reap() -> None:
+        start.wait()
+        while moved := reaper.leases_reap(LeasesReapParams(limit=7)):
+            reaped.extend(r.id for r in moved)
+
+    threads = [threading.Thread(target=ack), threading.Thread(target=reap)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(refused) == sorted(reaped)
+    for j in jobs:
+        rec = acker.jobs_get(j.id)
+        assert rec is not None
+        if j.id in reaped:
+            assert (rec.status, rec.error) == ("pending", LEASE_LOST_ERROR)
+        else:
+            assert (rec.status, rec.result) == ("completed", "1")
+
+
+def test_racing_cancel_and_claim_agree(open_backend: Callable[..., PostgresBackend]) -> None:
+    """A cancel that meets a claim in flight retries on the moved row and is refused."""
+    producer, claimer = open_backend(), open_backend()
+    ids = insert(producer, *[new() for _ in range(200)])
+    claimed: list[str] = []
+    cancelled: list[str] = []
+    refused: list[str] = []
+    start = threading.Barrier(2)
+
+    def claim() -> None:
+        start.wait()
+        while jobs := claimer.jobs_claim(JobsClaimParams("w", ["q"], 3)):
+            claimed.extend(j.id for j in jobs)
+
+    def cancel() -> None:
+        import jobyard
+
+        start.wait()
+        for job_id in ids:
+            try:
+                cancelled.append(producer.jobs_cancel(job_id).id)
+            except jobyard.InvalidTransition:
+                refused.append(job_id)
+
+    threads = [threading.Thread(target=claim), threading.Thread(target=cancel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(claimed + cancelled, key=int) == ids
+    assert sorted(refused, key=int) == sorted(claimed, key=int)
+
+
+def test_a_batch_repeating_keys_across_queues(backend: PostgresBackend) -> None:
+    out = backend.jobs_insert(
+        JobsInsertParams(
+            [
+                new("a", idempotency_key="k"),
+                new("b", idempotency_key="k"),
+                new("a", idempotency_key="k"),
+            ]
+        )
+    )
+    assert [i.created for i in out] == [True, True, False]
+    assert out[2].id == out[0].id and out[1].id != out[0].id

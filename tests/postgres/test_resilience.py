@@ -1,0 +1,88 @@
+"""A lost connection is survived: the pool replaces terminated connections, a statement that
+met one is retried once on a fresh one, and the listener reconnects with backoff."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from jobyard.backends.base import (
+    JobsAckParams,
+    JobsClaimParams,
+    JobsWaitParams,
+    Outcome,
+)
+from jobyard.backends.postgres.backend import PostgresBackend
+from tests.conftest import wait_until
+from tests.postgres.conftest import connections, insert, new, terminate
+from tests.postgres.support import with_params
+
+
+def test_a_backend_survives_the_termination_of_its_connections(
+    open_backend: Callable[..., PostgresBackend], app_name: str
+) -> None:
+    backend = open_backend()
+    insert(backend, new(), new())
+    (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
+    for _ in range(3):
+        assert terminate(app_name) >= 1
+        # Every call after a termination goes through: a connection found dead on checkout is
+        # replaced, one that dies under a statement is retried once on a fresh one.
+        insert(backend, new())
+        assert backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed")])) == []
+        (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
+
+
+def test_a_terminated_connection_is_replaced_without_a_failed_call(
+    open_backend: Callable[..., PostgresBackend], app_name: str
+) -> None:
+    backend = open_backend()
+    insert(backend, new())
+    terminate(app_name)
+    wait_until(lambda: connections(app_name) == 0, what="the terminated connections to go")
+    # The pool's checkout sees the dead socket and opens a new connection: no retry needed.
+    assert len(insert(backend, new(), new())) == 2
+
+
+def test_the_listener_reconnects_and_wakes_waiters(
+    open_backend: Callable[..., PostgresBackend], url: str, app_name: str
+) -> None:
+    waiter = open_backend()
+    producer = open_backend(at=with_params(url, application_name=f"{app_name}-producer"))
+    assert waiter.jobs_wait(JobsWaitParams(["q"], 2.0)) in (True, False)  # starts the listener
+    wait_until(lambda: waiter._listener.connected, what="the listener to connect")
+    terminate(app_name)
+    wait_until(lambda: not waiter._listener.connected, what="the listener to notice")
+    # While it is down, a waiter polls instead of sleeping out its whole timeout.
+    started = time.monotonic()
+    assert waiter.jobs_wait(JobsWaitParams(["q"], 30.0))
+    assert time.monotonic() - started < 10
+    wait_until(lambda: waiter._listener.connected, what="the listener to reconnect")
+    waiter.jobs_wait(JobsWaitParams(["q"], 0.01))  # settle the reconnect's own wake-up
+
+    woke: list[bool] = []
+    ready = threading.Event()
+
+    def wait() -> None:
+        ready.set()
+        woke.append(waiter.jobs_wait(JobsWaitParams(["q"], 30.0)))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    ready.wait(5)
+    started = time.monotonic()
+    insert(producer, new())
+    thread.join(30)
+    assert woke == [True] and time.monotonic() - started < 10
+
+
+def test_waiting_on_one_queue_ignores_another(open_backend: Callable[..., PostgresBackend]) -> None:
+    backend = open_backend()
+    backend.jobs_wait(JobsWaitParams(["q"], 0.01))
+    wait_until(lambda: backend._listener.connected, what="the listener to connect")
+    backend.jobs_wait(JobsWaitParams(["q"], 0.01))  # settle the connect's own wake-up
+    insert(backend, new("other"))
+    assert backend.jobs_wait(JobsWaitParams(["q"], 0.3)) is False
+    insert(backend, new("q"))
+    assert backend.jobs_wait(JobsWaitParams(["q"], 10)) is True
