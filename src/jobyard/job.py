@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from .backends.base import DEFAULT_LEASE, Delivery, JobRecord, NewJob
+from .backends.base import DEFAULT_LEASE, Delivery, JobRecord, JobsInsertParams, NewJob
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
@@ -259,6 +259,14 @@ def encode_result(value: Any) -> str:
         raise TypeError(f"the handler's result is not JSON serializable: {exc}") from None
 
 
+def _is_async_connection(conn: Any) -> bool:
+    """True for a psycopg ``AsyncConnection`` (psycopg is imported only if it already is)."""
+    import sys
+
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(conn, psycopg.AsyncConnection)
+
+
 class JobFunction(Generic[P, R]):
     """A handler registered with ``@app.job``: call it directly, or enqueue it."""
 
@@ -326,11 +334,18 @@ class JobFunction(Generic[P, R]):
         return self.app._insert(jobs, self.opts.connection) if jobs else []
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        """``enqueue`` for async code: the store call runs on a thread."""
+        """``enqueue`` for async code: the store call runs on a thread. With an async
+        ``connection`` (a psycopg ``AsyncConnection``) the job joins that connection's
+        transaction, through the backend's ``jobs_insert_async``."""
         import asyncio
 
         new = self.opts.new_job(args, kwargs)
-        handles = await asyncio.to_thread(self.app._insert, [new], self.opts.connection)
+        conn = self.opts.connection
+        insert_async = getattr(self.app.backend, "jobs_insert_async", None)
+        if conn is not None and insert_async is not None and _is_async_connection(conn):
+            (inserted,) = await insert_async(JobsInsertParams([new], conn))
+            return JobHandle(self.app, inserted.id, inserted.created)
+        handles = await asyncio.to_thread(self.app._insert, [new], conn)
         return handles[0]
 
     def __repr__(self) -> str:
