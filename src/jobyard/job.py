@@ -341,8 +341,10 @@ class JobFunction(Generic[P, R]):
 
         new = self.opts.new_job(args, kwargs)
         conn = self.opts.connection
-        insert_async = getattr(self.app.backend, "jobs_insert_async", None)
-        if conn is not None and insert_async is not None and _is_async_connection(conn):
+        if conn is not None and _is_async_connection(conn):
+            insert_async = getattr(self.app.backend, "jobs_insert_async", None)
+            if insert_async is None:
+                raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
             (inserted,) = await insert_async(JobsInsertParams([new], conn))
             return JobHandle(self.app, inserted.id, inserted.created)
         handles = await asyncio.to_thread(self.app._insert, [new], conn)
