@@ -23,7 +23,6 @@ import random
 import re
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -117,7 +116,8 @@ class PostgresBackend:
         self._settings: Settings = parse_url(url)
         self._pool: ConnectionPool[Conn] = open_pool(self._settings, f"jobyard {self.url}")
         self._listener = Listener(self._settings)
-        self._lent: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._lent: set[int] = set()  # id() of the connections connection_acquire lent
+        self._lent_lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = False
 
@@ -189,7 +189,9 @@ class PostgresBackend:
 
     def _caller_search_path(self, conn: Any) -> str | None:
         # Connections the pool made (lent by connection_acquire) have the schema already.
-        return None if conn in self._lent else self._settings.search_path
+        with self._lent_lock:
+            lent = id(conn) in self._lent
+        return None if lent else self._settings.search_path
 
     # schema -------------------------------------------------------------------------------------
 
@@ -431,14 +433,16 @@ class PostgresBackend:
             except BaseException:
                 self._pool.putconn(conn)
                 raise
-            self._lent.add(conn)
+            with self._lent_lock:
+                self._lent.add(id(conn))
             return conn
         raise AssertionError("unreachable")
 
     def connection_release(self, conn: Conn) -> None:
         """Return a connection from :meth:`connection_acquire` to the pool (an open
         transaction is rolled back)."""
-        self._lent.discard(conn)
+        with self._lent_lock:
+            self._lent.discard(id(conn))
         try:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.rollback()
