@@ -20,6 +20,7 @@ class Queries:
     jobs_insert: str
     jobs_get: str
     jobs_list: str
+    jobs_list_status: str
     jobs_cancel: str
     jobs_retry: str
     jobs_purge: str

@@ -276,13 +276,15 @@ class PostgresBackend:
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
         """Jobs matching the filter, newest first."""
         args = {
-            "statuses": [params.status] if params.status is not None else list(STATUSES),
             "queue": params.queue,
             "name": params.name,
             "limit": max(params.limit, 0),
             "offset": max(params.offset, 0),
         }
-        return [_record(r) for r in self._run(lambda c: self._fetch(c, Q.jobs_list, args))]
+        query = Q.jobs_list
+        if params.status is not None:
+            query, args["status"] = Q.jobs_list_status, params.status
+        return [_record(r) for r in self._run(lambda c: self._fetch(c, query, args))]
 
     def jobs_cancel(self, job_id: str) -> JobRecord:
         """Cancel a pending job. Raise JobNotFound, or InvalidTransition if it is not pending."""

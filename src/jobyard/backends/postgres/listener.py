@@ -77,12 +77,11 @@ class Listener:
             self._cond.notify_all()
         if thread is None:
             return
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
+        with self._cond:  # the thread closes the pipe as it exits: never write to a reused fd
+            if self._wake_w >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"x")
         thread.join(timeout)
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
     @property
     def connected(self) -> bool:
@@ -149,6 +148,16 @@ class Listener:
     # the listening thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._listen()
+        finally:
+            with self._cond:
+                for fd in (self._wake_r, self._wake_w):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                self._wake_r, self._wake_w = -1, -1
+
+    def _listen(self) -> None:
         delay = BACKOFF_START
         while not self._stopping:
             conn: psycopg.Connection[Any] | None = None
@@ -161,7 +170,7 @@ class Listener:
                 self._set_connected(True)
                 delay = BACKOFF_START
                 self._pump(conn, schema)
-            except psycopg.Error as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever broke, listen again
                 if not self._stopping:
                     log.warning(
                         "LISTEN connection lost (%s: %s); reconnecting in %.2fs",
@@ -181,8 +190,9 @@ class Listener:
 
     def _sleep(self, seconds: float) -> bool:
         """Wait ``seconds`` or until stopped; True if stopped."""
-        ready, _, _ = select.select([self._wake_r], [], [], seconds)
-        return bool(ready) or self._stopping
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        return bool(poller.poll(seconds * 1000)) or self._stopping
 
     def _pump(self, conn: psycopg.Connection[Any], schema: str) -> None:
         """Read notifications until stopped; raise when the connection breaks."""

@@ -146,13 +146,23 @@ WHERE id = %(id)s::int8;
 
 
 -- name: jobs_list
--- statuses is always given (all five when the caller filters none): `status = ANY($n)` lets the
--- executor prune partitions at startup even in a generic prepared plan, where an
--- `$n IS NULL OR status = $n` filter would scan every partition's index.
+-- Every status: a merge of the partitions' primary keys, newest first.
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
 FROM jobs
-WHERE status = ANY(%(statuses)s::text[])
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
+
+
+-- name: jobs_list_status
+-- One status: a plain `status = $n` is what lets the executor prune the other partitions when
+-- it starts, even in a generic prepared plan (`$n IS NULL OR ...`, or `= ANY($n)`, would not).
+SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+FROM jobs
+WHERE status = %(status)s::text
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
 ORDER BY id DESC
@@ -233,20 +243,42 @@ WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
 
 
 -- name: jobs_purge
--- Deletes touch only the finished partitions named by statuses (pruned at executor startup):
--- the pending and running partitions and their indexes, the hot path, are never read.
-WITH clock AS (
-    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+-- One DELETE per finished partition, straight on the partition, each switched on or off by
+-- whether statuses names it: a param-only condition becomes a one-time filter, so a partition
+-- not named is never read. (Through the parent with `status = ANY($n)` a generic plan would
+-- scan every partition, the hot pending and running ones included: pruning cannot see into
+-- an array parameter.) Each range-scans its partition's finished_at index: the cutoff is
+-- written out as a stable expression, which can bound an index scan where a CTE's column
+-- could not.
+WITH completed AS (
+    DELETE FROM jobs_completed AS j
+    WHERE 'completed' = ANY(%(statuses)s::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    RETURNING 1
 ),
-purged AS (
-    DELETE FROM jobs AS j
-    USING clock
-    WHERE j.status = ANY(%(statuses)s::text[])
-      AND j.finished_at <= clock.now - %(older_than)s::float8
+failed AS (
+    DELETE FROM jobs_failed AS j
+    WHERE 'failed' = ANY(%(statuses)s::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    RETURNING 1
+),
+cancelled AS (
+    DELETE FROM jobs_cancelled AS j
+    WHERE 'cancelled' = ANY(%(statuses)s::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
     RETURNING 1
 )
-SELECT count(*) FROM purged;
+SELECT (SELECT count(*) FROM completed) + (SELECT count(*) FROM failed)
+       + (SELECT count(*) FROM cancelled);
 
 
 -- name: jobs_claim_lock

@@ -1,0 +1,136 @@
+"""The data model underneath: rows live in their status's partition, idempotency keys in
+``job_keys`` exactly while their job is pending or running, and the hot path's statements read
+only the partitions they need."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jobyard
+from jobyard.backends.base import (
+    JobsAckParams,
+    JobsClaimParams,
+    JobsPurgeParams,
+    LeasesReapParams,
+    Outcome,
+)
+from jobyard.backends.postgres._sql import Q
+from jobyard.backends.postgres.backend import PostgresBackend
+from tests.postgres.conftest import insert, new
+
+Sql = Callable[..., list[tuple[Any, ...]]]
+
+
+def partition_of(sql: Sql, job_id: str) -> str:
+    ((name,),) = sql("SELECT tableoid::regclass::text FROM jobs WHERE id = %s", [int(job_id)])
+    return str(name).rsplit(".", 1)[-1]
+
+
+def keys(sql: Sql) -> dict[tuple[str, str], str]:
+    return {(q, k): str(j) for q, k, j in sql("SELECT queue, key, job_id FROM job_keys")}
+
+
+def test_a_job_moves_through_the_partitions(backend: PostgresBackend, sql: Sql) -> None:
+    (job_id,) = insert(backend, new(idempotency_key="k"))
+    assert partition_of(sql, job_id) == "jobs_pending"
+    assert keys(sql) == {("q", "k"): job_id}
+    (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
+    assert partition_of(sql, job_id) == "jobs_running"
+    assert keys(sql) == {("q", "k"): job_id}  # running still holds the key
+    backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed", result="1")]))
+    assert partition_of(sql, job_id) == "jobs_completed"
+    assert keys(sql) == {}
+
+
+def test_keys_follow_every_way_in_and_out_of_scope(
+    backend: PostgresBackend, clock: jobyard.FrozenClock, sql: Sql
+) -> None:
+    cancelled, reaped, failed = insert(
+        backend,
+        new(idempotency_key="c"),
+        new(idempotency_key="r", lease=1, max_attempts=1),
+        new(idempotency_key="f"),
+    )
+    backend.jobs_cancel(cancelled)
+    assert set(keys(sql)) == {("q", "r"), ("q", "f")}
+    claimed = {c.id: c for c in backend.jobs_claim(JobsClaimParams("w", ["q"], 2))}
+    f = claimed[failed]
+    backend.jobs_ack(JobsAckParams([Outcome(f.id, f.token, "failed", error="e")]))
+    clock.advance(2)
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
+        (reaped, "failed")
+    ]
+    assert keys(sql) == {}
+    backend.jobs_retry(cancelled)
+    assert keys(sql) == {("q", "c"): cancelled}  # a re-driven job takes its key back
+
+
+def test_retry_and_release_keep_the_key(backend: PostgresBackend, sql: Sql) -> None:
+    (job_id,) = insert(backend, new(idempotency_key="k"))
+    for kind in ("retry", "release"):
+        (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
+        backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, kind, error="e")]))  # type: ignore[arg-type]
+        assert keys(sql) == {("q", "k"): job_id}
+
+
+def plan(sql: Sql, query: str, params: dict[str, Any]) -> str:
+    sql("SET plan_cache_mode = force_generic_plan")
+    sql("PREPARE probe AS " + _numbered(query, params))
+    try:
+        args = ", ".join("NULL" if v is None else _literal(v) for v in params.values())
+        return "\n".join(r[0] for r in sql(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE probe ({args})"))
+    finally:
+        sql("DEALLOCATE probe")
+
+
+def _numbered(query: str, params: dict[str, Any]) -> str:
+    for n, name in enumerate(params, 1):
+        query = query.replace(f"%({name})s", f"${n}")
+    return query
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]::text[]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
+def test_purge_reads_only_the_finished_partitions_it_names(
+    backend: PostgresBackend, sql: Sql
+) -> None:
+    insert(backend, new(), new())
+    (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
+    backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed", result="1")]))
+    params = {"statuses": ["completed"], "now": None, "older_than": 0.0, "queue": None}
+    text = plan(sql, Q.jobs_purge, params)
+    assert "jobs_pending" not in text and "jobs_running" not in text  # the hot path: untouched
+    for other in ("jobs_failed", "jobs_cancelled"):
+        scan = next(line for line in text.splitlines() if f"Scan on {other}" in line)
+        assert "never executed" in scan
+    assert backend.jobs_purge(JobsPurgeParams(("completed",))) == 1
+
+
+def test_listing_one_status_reads_one_partition(backend: PostgresBackend, sql: Sql) -> None:
+    insert(backend, new())
+    params = {"status": "pending", "queue": None, "name": None, "limit": 5, "offset": 0}
+    assert "Subplans Removed: 4" in plan(sql, Q.jobs_list_status, params)
+
+
+def test_the_claim_reads_the_claim_index(backend: PostgresBackend, sql: Sql) -> None:
+    insert(backend, *[new() for _ in range(50)])
+    sql("ANALYZE")
+    params = {
+        "now": None,
+        "queues": ["q"],
+        "limit": 5,
+        "worker_id": "w",
+        "async_commit": True,
+    }
+    text = plan(sql, Q.jobs_claim, params)
+    assert "Index Scan using jobs_pending_claim" in text
+    assert "jobs_completed" not in text
