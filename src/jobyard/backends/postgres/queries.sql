@@ -364,6 +364,16 @@ input AS (
         %(errors)s::text[], %(delays)s::float8[]
     ) AS i (id, token, kind, result, error, delay)
 ),
+-- Lock the rows in id order first: a worker's heartbeat (leases_renew) and its completer
+-- settle overlapping sets of its jobs at the same time, and two statements that lock the same
+-- rows in different orders deadlock (a one-second stall before PostgreSQL breaks it).
+locked AS (
+    SELECT j.id
+    FROM jobs AS j JOIN input AS i ON i.id = j.id AND i.token = j.token
+    WHERE j.status = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
 settled AS (
     UPDATE jobs AS j
     SET status = CASE i.kind
@@ -382,8 +392,8 @@ settled AS (
         attempts = CASE WHEN i.kind = 'release' THEN j.attempts - 1 ELSE j.attempts END,
         token = NULL,
         lease_expires_at = NULL
-    FROM input AS i, clock
-    WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
+    FROM locked AS l, input AS i, clock
+    WHERE j.status = 'running' AND j.id = l.id AND i.id = l.id AND j.token = i.token
     RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
               j.run_at <= clock.now AS due
 ),
@@ -420,11 +430,19 @@ WITH clock AS (
 input AS (
     SELECT * FROM unnest(%(ids)s::int8[], %(tokens)s::text[]) AS i (id, token)
 ),
+-- In id order, as jobs_ack locks them: see there.
+locked AS (
+    SELECT j.id
+    FROM jobs AS j JOIN input AS i ON i.id = j.id AND i.token = j.token
+    WHERE j.status = 'running'
+    ORDER BY j.id
+    FOR UPDATE OF j
+),
 renewed AS (
     UPDATE jobs AS j
     SET lease_expires_at = clock.now + j.lease
-    FROM input AS i, clock
-    WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
+    FROM locked AS l, input AS i, clock
+    WHERE j.status = 'running' AND j.id = l.id AND i.id = l.id AND j.token = i.token
     RETURNING j.id
 ),
 durability AS (
