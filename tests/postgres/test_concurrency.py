@@ -156,6 +156,39 @@ def test_a_batch_repeating_keys_across_queues(backend: PostgresBackend) -> None:
     assert out[2].id == out[0].id and out[1].id != out[0].id
 
 
+def race_renewals_with_settlements(heart: PostgresBackend, completer: PostgresBackend) -> None:
+    """Claim 400 jobs; renew 4 of them at a time (in descending id order) until 200-job
+    settlements have completed them all."""
+    import random
+
+    insert(heart, *[new() for _ in range(400)])
+    jobs = heart.jobs_claim(JobsClaimParams("w", ["q"], 400))
+    pairs = [(j.id, j.token) for j in jobs]
+    start = threading.Barrier(2)
+    done = threading.Event()
+
+    def beat() -> None:
+        start.wait()
+        while not done.is_set():
+            sample = sorted(random.sample(pairs, 4), key=lambda p: -int(p[0]))
+            heart.leases_renew(LeasesRenewParams("w", sample))
+
+    def settle() -> None:
+        start.wait()
+        try:
+            for i in range(0, len(jobs), 200):
+                batch = [Outcome(j.id, j.token, "completed") for j in jobs[i : i + 200]]
+                assert completer.jobs_ack(JobsAckParams(batch)) == []
+        finally:
+            done.set()
+
+    threads = [threading.Thread(target=beat), threading.Thread(target=settle)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+
 def test_heartbeats_and_settlements_never_deadlock(
     open_backend: Callable[..., PostgresBackend], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -163,36 +196,10 @@ def test_heartbeats_and_settlements_never_deadlock(
     (their rows locked in the order given) racing large settlements (locked in table order)
     deadlock unless both lock in id order, as they do."""
     import logging
-    import random
 
     caplog.set_level(logging.DEBUG, logger="jobyard.postgres")
     heart, completer = open_backend(), open_backend()
     for _ in range(3):
-        insert(heart, *[new() for _ in range(400)])
-        jobs = heart.jobs_claim(JobsClaimParams("w", ["q"], 400))
-        pairs = [(j.id, j.token) for j in jobs]
-        start = threading.Barrier(2)
-        done = threading.Event()
-
-        def beat() -> None:
-            start.wait()
-            while not done.is_set():
-                sample = sorted(random.sample(pairs, 4), key=lambda p: -int(p[0]))
-                heart.leases_renew(LeasesRenewParams("w", sample))
-
-        def settle() -> None:
-            start.wait()
-            try:
-                for i in range(0, len(jobs), 200):
-                    batch = [Outcome(j.id, j.token, "completed") for j in jobs[i : i + 200]]
-                    assert completer.jobs_ack(JobsAckParams(batch)) == []
-            finally:
-                done.set()
-
-        threads = [threading.Thread(target=beat), threading.Thread(target=settle)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        race_renewals_with_settlements(heart, completer)
     assert "DeadlockDetected" not in caplog.text
     assert len(completer.jobs_list(JobsListParams(status="completed", limit=2000))) == 1200
