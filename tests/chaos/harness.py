@@ -7,7 +7,9 @@ moment the run records the jobs *in flight*: the jobs the store holds as ``runni
 victim's worker id (claimed and waiting for a thread, running, or finished with the outcome not
 yet written), read while the victim is SIGSTOPped and once more right after the SIGKILL (a claim
 the store committed as the process stopped shows up there); for a store restart, every running
-job, read with all workers SIGSTOPped before the stop and again as soon as the store answers. A
+job, read with all workers SIGSTOPped (once the store has finished the statements they sent)
+before the stop, and again, workers stopped again, as soon as the store answers (a move the
+crash made the store forget shows up there as running). A
 job may then run at most once more than the number of those moments it was in flight at; that is
 asserted per job, and the total is the bound printed with the duplicates.
 """
@@ -19,12 +21,13 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,7 +44,10 @@ SUMMARY_KEY = pytest.StashKey[list[str]]()
 
 
 class Restartable(Protocol):
-    """A store server the test started: ``down()`` stops it, ``up()`` brings it back."""
+    """A store server the test started: ``down()`` stops it, ``up()`` brings it back;
+    ``quiesce()`` waits until no statement sent by a (now stopped) client is still running."""
+
+    def quiesce(self) -> None: ...
 
     def down(self) -> None: ...
 
@@ -179,12 +185,15 @@ class Outcome:
     unexecuted: list[str]
     duplicates: int
     bound: int
+    bound_kills: int
+    batch_stored: str
     uncovered: dict[str, str]
     failed: list[jobyard.Job]
     poison_runs: int
     wrong_results: list[str]
     torn_batches: list[str]
     dead_workers: list[str]
+    down_exits: int
     wall: float
     notes: list[str] = field(default_factory=list)
 
@@ -192,8 +201,10 @@ class Outcome:
         return (
             f"chaos {self.kind}: jobs={self.accepted}/{self.jobs} kills={self.kills} "
             f"restarts={self.restarts} producer_kills={self.producer_kills} "
-            f"lost={len(self.lost)} stuck={len(self.stuck)} duplicates={self.duplicates} "
-            f"(bound {self.bound}) wall={self.wall:.1f}s"
+            f"(batch stored: {self.batch_stored}) lost={len(self.lost)} stuck={len(self.stuck)} "
+            f"duplicates={self.duplicates} (bound {self.bound}: kills {self.bound_kills}, "
+            f"restart {self.bound - self.bound_kills}) down_exits={self.down_exits} "
+            f"wall={self.wall:.1f}s"
         )
 
 
@@ -209,7 +220,7 @@ class ChaosRun:
         *,
         jobs: int = 3000,
         batch: int = 100,
-        pause: float = 0.6,
+        pause: float = 0.4,
         server: Restartable | None = None,
         restart_at: float = 0.4,
         downtime: float = 1.5,
@@ -250,8 +261,12 @@ class ChaosRun:
         self.supervisor: Proc | None = None
         self.producer: Proc | None = None
         self.killed_batch: tuple[int, int] | None = None
+        self.call_time: float | None = None  # how long an enqueue_many call took, observed
         self.events: list[Event] = []
         self.killed_children = 0
+        self.outages: list[tuple[float, float]] = []  # wall-clock (down, up) of each restart
+        self.down_exits = 0  # worker processes that exited because the store was down
+        self.dead: list[str] = []  # worker processes that died on their own
         self._n = 0
 
     # processes ----------------------------------------------------------------------------
@@ -330,48 +345,146 @@ class ChaosRun:
         else:
             self.killed_children += 1  # the supervisor starts its replacement
 
-    def catch_producer(self) -> bool:
-        """SIGSTOP the producer; if it is inside enqueue_many (a ``begin`` line without its
-        ``ack``), SIGKILL it and start another from the next batch; else let it go on."""
+    def catch_producer(self, timeout: float = 2.0) -> bool:
+        """Watch the acks file. When the producer writes a ``begin`` line it is about to call
+        enqueue_many: wait a random part of how long a call took so far, SIGSTOP it, and if
+        the batch's ``ack`` is still missing it is inside the call (encoding, in the store's
+        round trip or transaction, or reading the answer): SIGKILL it and start another from
+        the next batch. Else let it go on, and learn how long the call took."""
         proc = self.producer
-        if proc is None or not proc.alive():
+        if proc is None:
             return False
-        os.kill(proc.pid, signal.SIGSTOP)
-        lines = self.ack_lines()
-        if not lines or lines[-1][0] != "begin":
-            os.kill(proc.pid, signal.SIGCONT)
-            return False
-        start, count = int(lines[-1][1]), int(lines[-1][2])
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.proc.wait(10)
-        self.killed_batch = (start, count)
-        rest = self.jobs - (start + count)
-        if rest > 0:
-            self.spawn_producer(start + count, rest)
-        else:
-            self.producer = None
-        return True
+        deadline = time.monotonic() + timeout
+        size = self.acks.stat().st_size
+        begun: float | None = None
+        while proc.alive() and time.monotonic() < deadline:
+            if self.acks.stat().st_size == size:
+                time.sleep(0.0005)
+                continue
+            size = self.acks.stat().st_size
+            last = self.ack_lines()[-1]
+            if last[0] == "ack" and begun is not None:
+                self.call_time = time.monotonic() - begun
+            if last[0] != "begin":
+                begun = None
+                continue
+            begun = time.monotonic()
+            if self.call_time is None:
+                continue  # learn first
+            time.sleep(random.uniform(0.0, 0.9 * self.call_time))
+            os.kill(proc.pid, signal.SIGSTOP)
+            last = self.ack_lines()[-1]
+            if last[0] != "begin":
+                os.kill(proc.pid, signal.SIGCONT)
+                size = self.acks.stat().st_size
+                begun = None
+                continue
+            start, count = int(last[1]), int(last[2])
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.proc.wait(10)
+            self.killed_batch = (start, count)
+            rest = self.jobs - (start + count)
+            self.producer = self.spawn_producer(start + count, rest) if rest > 0 else None
+            return True
+        return False
 
-    def restart_store(self) -> None:
-        """Stop every worker (SIGSTOP), note all running jobs, take the store down, let the
-        workers run against the dead store for ``downtime``, bring it back, note again."""
-        assert self.server is not None
+    def during_outage(self, moment: float, margin: float = 10.0) -> bool:
+        return any(down - 1.0 <= moment <= up + margin for down, up in self.outages)
+
+    def check_direct_workers(self) -> None:
+        """Replace a worker process that exited on its own, if it could not start because the
+        store was down (``jobyard worker`` exits 1 when it cannot open its store); any other
+        death is a bug, recorded for the end."""
+        for w in list(self.workers):
+            code = w.proc.poll()
+            if code is None:
+                continue
+            self.workers.remove(w)
+            out = w.output()
+            if code == 1 and "started: queues=" not in out and self.during_outage(time.time()):
+                self.down_exits += 1
+                self.spawn_worker()
+            else:
+                self.dead.append(f"worker pid {w.pid} exited {code}: {out[-2000:]}")
+
+    def check_supervised(self) -> list[str]:
+        """The supervisor's children: every exit it logged was a SIGKILL of the test's, or a
+        child that could not start while the store was down."""
+        assert self.supervisor is not None
+        sup = self.supervisor
+        exit_re = re.compile(
+            r"^(\S+ \S+),\d+ \S+ WARNING worker process (\d+) exited with (-?\d+)", re.M
+        )
+
+        def kills_seen() -> bool:
+            codes = [m.group(3) for m in exit_re.finditer(sup.output())]
+            return codes.count("-9") >= self.killed_children
+
+        # It notices a dead child within its 0.2 s poll.
+        poll(kills_seen, 10)
+        problems = []
+        sigkilled = 0
+        for m in exit_re.finditer(sup.output()):
+            stamp, pid, code = m.groups()
+            moment = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+            if code == "-9":
+                sigkilled += 1
+            elif code == "1" and self.during_outage(moment):
+                self.down_exits += 1
+            else:
+                problems.append(f"supervised worker {pid} exited with {code} at {stamp}")
+        if sigkilled != self.killed_children:
+            problems.append(
+                f"the supervisor saw {sigkilled} children SIGKILLed; the test killed "
+                f"{self.killed_children}"
+            )
+        if problems:
+            problems.append(sup.output()[-3000:])
+        return problems
+
+    def worker_pids(self) -> list[int]:
         pids = [w.pid for w in self.workers]
         if self.supervisor is not None:
             pids += children(self.supervisor.pid)
+        return pids
+
+    @contextlib.contextmanager
+    def workers_stopped(self) -> Iterator[None]:
+        """Every worker process (and the producer) SIGSTOPped for the block: none claims, acks
+        or reaps."""
+        pids = self.worker_pids()
+        if self.producer is not None and self.producer.alive():
+            pids.append(self.producer.pid)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
         try:
-            in_flight = self.running()
-            self.server.down()
+            yield
         finally:
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
+
+    def restart_store(self) -> None:
+        """Take the store down and bring it back, noting the jobs in flight on either side.
+
+        Workers (and the producer) are SIGSTOPped while the store finishes what they sent,
+        the running jobs are read and the store goes down; they run
+        against the dead store for ``downtime``, and are stopped again while it comes back and
+        the running jobs are read once more, before any reaper can move them: a move the store
+        forgot in the crash (PostgreSQL commits the worker's moves asynchronously) shows up as
+        running again there."""
+        assert self.server is not None
+        with self.workers_stopped():
+            self.server.quiesce()
+            in_flight = self.running()
+            self.server.down()
+        down = time.time()
         time.sleep(self.downtime)  # load: workers retry against a dead store meanwhile
-        self.server.up()
-        in_flight |= self.running()
+        with self.workers_stopped():
+            self.server.up()
+            in_flight |= self.running()
+        self.outages.append((down, time.time()))
         self.events.append(Event("restart", "store", in_flight))
 
     # the run -------------------------------------------------------------------------------------
@@ -412,13 +525,18 @@ class ChaosRun:
                 and sum(1 for line in self.ack_lines() if line[0] == "ack") >= 2
             ):
                 self.catch_producer()
+            self.check_direct_workers()
             if now >= next_kill:
                 self.kill_worker()
                 next_kill = time.monotonic() + self.kill_every * random.uniform(0.8, 1.2)
             if now >= next_count:
                 next_count = now + 0.25
                 counts = self.counts()
-                if not restarted and counts.get("completed", 0) >= self.restart_at * self.jobs:
+                if (
+                    not restarted
+                    and counts.get("completed", 0) >= self.restart_at * self.jobs
+                    and counts.get("running", 0) > 0
+                ):
                     self.restart_store()
                     restarted = True
                     continue
@@ -435,34 +553,28 @@ class ChaosRun:
             assert self.producer.proc.wait(10) == 0, self.producer.output()[-3000:]
         kills_done = time.monotonic()
 
-        # Survivors must still be alive: a worker that died on its own is a bug.
+        # Survivors must still be alive: a worker that died on its own is a bug (but see
+        # check_direct_workers: a worker cannot start while its store is down).
+        self.check_direct_workers()
         survivors = [*self.workers, *([self.supervisor] if self.supervisor else [])]
-        dead = [f"pid {w.pid}: {w.output()[-2000:]}" for w in survivors if not w.alive()]
+        dead = [
+            *self.dead,
+            *(f"pid {w.pid}: {w.output()[-2000:]}" for w in survivors if not w.alive()),
+        ]
         if self.supervisor is not None:
-            sup = self.supervisor
-            # It notices a dead child within its 0.2 s poll; more replacements than kills would
-            # mean a child died on its own.
-            poll(lambda: sup.output().count("starting a replacement") >= self.killed_children, 10)
-            replaced = sup.output().count("starting a replacement")
-            if replaced != self.killed_children:
-                dead.append(
-                    f"the supervisor replaced {replaced} children; the test killed "
-                    f"{self.killed_children}: {sup.output()[-3000:]}"
-                )
+            dead += self.check_supervised()
         alive = [w for w in survivors if w.alive()]
+
         # A process still importing has no SIGTERM handler yet: wait until each has started.
-        children_started = self.supervised + self.killed_children
-        wait_for(
-            lambda: (
-                all("started: queues=" in w.output() for w in self.workers)
-                and (
-                    self.supervisor is None
-                    or self.supervisor.output().count("started: queues=") >= children_started
-                )
-            ),
-            60,
-            "every worker process to start",
-        )
+        def all_started() -> bool:
+            if not all("started: queues=" in w.output() for w in self.workers):
+                return False
+            if self.supervisor is None:
+                return True
+            log = self.supervisor.output()
+            return all(f"worker {HOST}:{pid}:" in log for pid in children(self.supervisor.pid))
+
+        wait_for(all_started, 60, "every worker process to start")
         for w in alive:
             w.proc.send_signal(signal.SIGTERM)
         for w in alive:
@@ -517,9 +629,11 @@ class ChaosRun:
                 )
 
         torn = []
+        batch_stored = "-"
         if self.killed_batch is not None:
             start, count = self.killed_batch
             stored = sum(1 for j in jobs.values() if start <= j.args[0] < start + count)
+            batch_stored = {0: "none", count: "all"}.get(stored, f"{stored} of {count}")
             if stored not in (0, count):
                 torn.append(f"batch {start}+{count}: {stored} of {count} jobs stored")
         failed = self.app.jobs(status="failed", limit=100)
@@ -535,12 +649,15 @@ class ChaosRun:
             unexecuted=unexecuted,
             duplicates=duplicates,
             bound=bound,
+            bound_kills=sum(len(e.in_flight) for e in self.events if e.kind == "kill"),
+            batch_stored=batch_stored,
             uncovered=uncovered,
             failed=failed,
             poison_runs=poison_runs,
             wrong_results=wrong,
             torn_batches=torn,
             dead_workers=dead,
+            down_exits=self.down_exits,
             wall=wall,
         )
 

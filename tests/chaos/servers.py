@@ -130,6 +130,24 @@ class PostgresServer:
         )
         self.running = False
 
+    def quiesce(self, timeout: float = 30.0) -> None:
+        """Wait until no jobyard connection has a statement in progress (its client may be
+        SIGSTOPped while the server still runs what it sent: a claim committing after the test
+        looked would go unseen)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True, application_name="chaos-test") as conn:
+            _wait(
+                lambda: (
+                    not conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE application_name = 'jobyard' AND state = 'active'"
+                    ).fetchone()[0]
+                ),  # type: ignore[index]
+                timeout,
+                "jobyard's statements in progress to finish",
+            )
+
     def down(self) -> None:
         """Crash the server (``pg_ctl stop -m immediate``): committed work survives in the WAL."""
         self.stop("immediate")
@@ -162,8 +180,11 @@ def redis_bin() -> str:
 class RedisServer:
     """A throwaway redis-server with an append-only file, so a restart keeps its data.
 
-    ``appendfsync``: "everysec" (Redis' default) loses up to a second of writes on a crash;
-    a graceful stop (SIGTERM: SHUTDOWN) writes everything first.
+    Redis is only as durable as its persistence settings. ``crash=False``: ``down()`` is a
+    graceful stop (SIGTERM runs SHUTDOWN, which writes the whole append-only file first), with
+    Redis' default ``appendfsync everysec``. ``crash=True``: ``down()`` is SIGKILL, and the file
+    is fsynced before every reply (``appendfsync always``) so that nothing acknowledged is lost;
+    with ``everysec`` a crash may forget the last second of acknowledged writes, enqueues too.
     """
 
     def __init__(
@@ -172,6 +193,7 @@ class RedisServer:
         port: int | None = None,
         extra: Sequence[str] = (),
         root: Path | None = None,
+        crash: bool = False,
     ) -> None:
         self.binary = redis_bin()
         self.bind = tuple(bind)
@@ -179,6 +201,7 @@ class RedisServer:
         self.root = root or Path(tempfile.mkdtemp(prefix="jobyard-chaos-redis-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self.extra = tuple(extra)
+        self.crash = crash
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
 
@@ -215,7 +238,7 @@ class RedisServer:
                 "--dir", str(self.root),
                 "--save", "",
                 "--appendonly", "yes",
-                "--appendfsync", "everysec",
+                "--appendfsync", "always" if self.crash else "everysec",
                 *self.extra,
             ],
             cwd=self.root,
@@ -237,11 +260,18 @@ class RedisServer:
         return self.ping() and "loading:0" in self._cli("info", "persistence")
 
     def stop(self) -> None:
-        """A graceful stop: SIGTERM makes Redis fsync its append-only file, then exit."""
+        """SIGKILL if ``crash``, else a graceful stop: SIGTERM makes Redis write and fsync its
+        append-only file, then exit."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            if self.crash:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
             self.proc.wait(60)
         self.proc = None
+
+    def quiesce(self) -> None:
+        """Nothing to wait for: Redis runs one command (one script) at a time, to its end."""
 
     def down(self) -> None:
         self.stop()
@@ -277,10 +307,25 @@ class RedisCluster:
                 RedisServer(port=port, root=self.root / str(i), extra=CLUSTER_NODE_OPTIONS)
             )
         self.restarts = 0
+        self.target = 1  # the node down() stops
 
     @property
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def node_for(self, key: str) -> int:
+        """The index of the node that serves ``key``'s slot."""
+        slot = int(self.nodes[0]._cli("cluster", "keyslot", key))
+        for i, node in enumerate(self.nodes):
+            for line in node._cli("cluster", "nodes").splitlines():
+                fields = line.split()
+                if "myself" not in fields[2]:
+                    continue
+                for part in fields[8:]:
+                    low, _, high = part.partition("-")
+                    if low.isdigit() and int(low) <= slot <= int(high or low):
+                        return i
+        raise LookupError(f"no node serves slot {slot}")
 
     def start(self) -> RedisCluster:
         for node in self.nodes:
@@ -306,13 +351,16 @@ class RedisCluster:
                 f"cluster node {node.port} to report cluster_state:ok",
             )
 
-    def down(self, index: int = 1) -> None:
-        """Stop one node gracefully; its slots are unreachable until :meth:`up`."""
-        self.nodes[index].stop()
+    def quiesce(self) -> None:
+        """Nothing to wait for: each node runs one command (one script) at a time."""
 
-    def up(self, index: int = 1) -> None:
+    def down(self) -> None:
+        """Stop node ``target`` gracefully; its slots are unreachable until :meth:`up`."""
+        self.nodes[self.target].stop()
+
+    def up(self) -> None:
         """Start the node again: its nodes.conf and append-only file bring it back as it was."""
-        self.nodes[index].start()
+        self.nodes[self.target].start()
         self.wait_ok()
         self.restarts += 1
 

@@ -5,7 +5,10 @@ poison job (see harness.py for the bookkeeping).
 Each run: 3,000 jobs (``JOBYARD_CHAOS_JOBS``) enqueued by a producer process in batches while
 two worker processes and a ``--processes 2`` supervisor run them; every ~0.5 s a random worker
 process is SIGKILLed and replaced; the producer is SIGKILLed once inside ``enqueue_many``; a
-PostgreSQL or Redis server (private to the test) is restarted once.
+PostgreSQL or Redis server (private to the test) is restarted once: PostgreSQL crashes
+(``pg_ctl stop -m immediate``), Redis is SIGKILLed (its append-only file fsynced at every write:
+Redis keeps what its persistence settings keep), and on Redis Cluster the node serving the chaos
+queue is stopped gracefully and started again.
 """
 
 from __future__ import annotations
@@ -46,14 +49,16 @@ def chaos_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tupl
     if kind == "postgres":
         server = PostgresServer()
     elif kind == "redis":
-        server = RedisServer()
+        server = RedisServer(crash=True)  # SIGKILLed, with appendfsync always
     else:
-        server = RedisCluster()
+        server = RedisCluster()  # the node serving the chaos queue, stopped gracefully
     request.addfinalizer(server.close)
     if kind == "postgres":
         server.init()
     else:
         server.start()
+    if kind == "redis_cluster":
+        server.target = server.node_for(f"{{jobyard:{chaos_app.QUEUE}}}:config")
     yield kind, server.url, server
 
 
