@@ -29,6 +29,7 @@ from rich.text import Text
 from .app import App, load_app
 from .backends import mask_url
 from .backends.base import STATUSES
+from .clock import to_datetime
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -591,6 +592,62 @@ def migrate(app_ref: str) -> None:
         click.echo(f"applied {name}")
     if not applied:
         click.echo(f"schema is up to date ({mask_url(app.url)})")
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.option(
+    "--sync",
+    is_flag=True,
+    help="Store APP's schedules now, deactivating stored ones APP no longer has "
+    "(workers of an app with schedules do this when they start).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+def cron(app_ref: str, sync: bool, as_json: bool) -> None:
+    """Recurring jobs: each schedule with its cron expression, job, next and last run (UTC).
+
+    Workers fire the ticks; each tick enqueues its job exactly once, whichever worker wins."""
+    app = _app(app_ref)
+    if sync:
+        app.sync_schedules()
+    stored = app.scheduled()
+    if as_json:
+        for sched in stored:
+            click.echo(
+                _dumps(
+                    {
+                        "name": sched.name,
+                        "cron": sched.cron,
+                        "job": sched.job.name,
+                        "queue": sched.job.queue,
+                        "active": sched.active,
+                        "next_run_at": sched.next_run_at,
+                        "last_run_at": sched.last_run_at,
+                    }
+                )
+            )
+        return
+    defined = set(app.schedules)
+    table = Table(title="schedules")
+    for column in ("name", "cron", "job", "queue", "active", "next run", "last run", "in APP"):
+        table.add_column(column)
+    for sched in stored:
+        table.add_row(
+            sched.name,
+            sched.cron,
+            sched.job.name,
+            sched.job.queue,
+            "yes" if sched.active else "no",
+            _when(to_datetime(sched.next_run_at)) if sched.active else "",
+            _when(to_datetime(sched.last_run_at)),
+            "yes" if sched.name in defined else "no",
+        )
+    for name in sorted(defined - {s.name for s in stored}):
+        sched = app.schedules[name]
+        table.add_row(
+            name, sched.cron, sched.job.name, sched.job.queue, "not stored yet", "", "", "yes"
+        )
+    _console().print(table)
 
 
 @cli.command()

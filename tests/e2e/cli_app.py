@@ -24,3 +24,6 @@ def explode(reason: str) -> None:
 def report(month: str) -> dict[str, str]:
     """A job on a second queue."""
     return {"month": month}
+
+
+app.schedule("0 9 * * 1-5", report, "daily", name="daily-report")

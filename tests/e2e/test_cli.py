@@ -421,3 +421,22 @@ def test_demo_keeps_the_store_it_is_given(cli: Cli, tmp_path: Path) -> None:
         }
     finally:
         kept.close()
+
+
+def test_cron_lists_schedules_and_syncs_them(cli: Cli) -> None:
+    before = cli.ok("cron", APP)
+    assert "daily-report" in before and "not stored yet" in before
+    cli.ok("cron", APP, "--sync")
+    (row,) = [json.loads(line) for line in cli.ok("cron", APP, "--json").splitlines()]
+    assert (row["name"], row["cron"], row["job"], row["active"]) == (
+        "daily-report",
+        "0 9 * * 1-5",
+        "report",
+        True,
+    )
+    assert row["next_run_at"] > time.time()
+
+
+def test_a_bad_cron_expression_is_one_line_with_exit_code_2(cli: Cli) -> None:
+    done = cli("cron", "tests.e2e.bad_cron_app:app")
+    assert_one_line_error(done, "invalid cron expression '61 * * * *'")
