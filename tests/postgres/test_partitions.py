@@ -134,3 +134,16 @@ def test_the_claim_reads_the_claim_index(backend: PostgresBackend, sql: Sql) -> 
     text = plan(sql, Q.jobs_claim, params)
     assert "Index Scan using jobs_pending_claim" in text
     assert "jobs_completed" not in text
+
+
+def test_an_outcome_with_unstorable_text_is_stored_escaped(backend: PostgresBackend) -> None:
+    insert(backend, new(), new())
+    a, b = backend.jobs_claim(JobsClaimParams("w", ["q"], 2))
+    outcomes = [
+        Outcome(a.id, a.token, "failed", error="boom\x00 in C, \udc80 from a filename"),
+        Outcome(b.id, b.token, "completed", result='"nul\x00"'),
+    ]
+    assert backend.jobs_ack(JobsAckParams(outcomes)) == []
+    failed, done = backend.jobs_get(a.id), backend.jobs_get(b.id)
+    assert failed is not None and failed.error == "boom\\x00 in C, \\udc80 from a filename"
+    assert done is not None and done.result == '"nul\\x00"'

@@ -98,6 +98,16 @@ def decode_job(text: str) -> NewJob:
     return NewJob(**{k: v for k, v in data.items() if k in _NEW_JOB_FIELDS})
 
 
+def storable(value: str | None) -> str | None:
+    """Text PostgreSQL can store: lone surrogates and NUL characters escaped. A handler's
+    traceback may hold either, and refusing it would lose the outcome (the worker would retry
+    the settlement forever)."""
+    if value is None or (value.isascii() and "\x00" not in value):
+        return value
+    escaped = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escaped.replace("\x00", "\\x00")
+
+
 def _record(row: Row) -> JobRecord:
     return JobRecord(str(row[0]), *row[1:])
 
@@ -367,8 +377,8 @@ class PostgresBackend:
             "ids": [n for _, n in valid],
             "tokens": [o.token for o, _ in valid],
             "kinds": [o.kind for o, _ in valid],
-            "results": [o.result for o, _ in valid],
-            "errors": [o.error for o, _ in valid],
+            "results": [storable(o.result) for o, _ in valid],
+            "errors": [storable(o.error) for o, _ in valid],
             "delays": [float(o.delay) for o, _ in valid],
             # On the caller's connection the handler's writes commit too: always durable.
             "async_commit": params.connection is None and self._settings.async_commit,
