@@ -24,6 +24,7 @@ import random
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -350,7 +351,8 @@ class ChaosRun:
         enqueue_many: wait a random part of how long a call took so far, SIGSTOP it, and if
         the batch's ``ack`` is still missing it is inside the call (encoding, in the store's
         round trip or transaction, or reading the answer): SIGKILL it and start another from
-        the next batch. Else let it go on, and learn how long the call took."""
+        the next batch. Else let it go on, and learn how long the call took. On SQLite the
+        kill waits for a moment when the producer holds the write lock: mid-transaction."""
         proc = self.producer
         if proc is None:
             return False
@@ -379,6 +381,12 @@ class ChaosRun:
                 size = self.acks.stat().st_size
                 begun = None
                 continue
+            if self.kind == "sqlite" and not self.sqlite_write_locked():
+                # On SQLite, kill it only inside its write transaction (holding the lock).
+                os.kill(proc.pid, signal.SIGCONT)
+                size = self.acks.stat().st_size
+                begun = None
+                continue
             start, count = int(last[1]), int(last[2])
             os.kill(proc.pid, signal.SIGKILL)
             proc.proc.wait(10)
@@ -387,6 +395,22 @@ class ChaosRun:
             self.producer = self.spawn_producer(start + count, rest) if rest > 0 else None
             return True
         return False
+
+    def sqlite_write_locked(self, probes: int = 20) -> bool:
+        """Whether the (stopped) producer holds the SQLite file's write lock: every attempt to
+        take it, over a while, fails. A worker's transaction is far shorter than that."""
+        path = self.url[len("sqlite:///") :]
+        for _ in range(probes):
+            conn = sqlite3.connect(path, timeout=0)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.rollback()
+                return False
+            except sqlite3.OperationalError:
+                time.sleep(0.002)
+            finally:
+                conn.close()
+        return True
 
     def during_outage(self, moment: float, margin: float = 10.0) -> bool:
         return any(down - 1.0 <= moment <= up + margin for down, up in self.outages)

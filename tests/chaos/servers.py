@@ -59,19 +59,23 @@ def postgres_bin() -> Path:
 
 
 class PostgresServer:
-    """A throwaway PostgreSQL cluster: trust auth, run as user ``postgres`` (it refuses root).
+    """A throwaway PostgreSQL cluster with trust auth, run as user ``postgres`` when the test
+    runs as root (PostgreSQL refuses to run as root), else as the current user.
 
     ``listen``: addresses to listen on; ``subnets``: CIDRs besides localhost that pg_hba trusts.
     """
 
     def __init__(self, listen: Sequence[str] = ("127.0.0.1",), subnets: Sequence[str] = ()):
         self.bin = postgres_bin()
-        try:
-            self.owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("there is no 'postgres' user to run a private PostgreSQL as")
+        self.as_root = os.geteuid() == 0  # PostgreSQL refuses root: run it as user postgres
         self.root = Path(tempfile.mkdtemp(prefix="jobyard-chaos-pg-"))
-        os.chown(self.root, self.owner.pw_uid, self.owner.pw_gid)
+        if self.as_root:
+            try:
+                owner = pwd.getpwnam("postgres")
+            except KeyError:
+                shutil.rmtree(self.root, ignore_errors=True)
+                pytest.skip("running as root, and there is no user 'postgres' to run PostgreSQL")
+            os.chown(self.root, owner.pw_uid, owner.pw_gid)
         self.data = self.root / "data"
         self.logfile = self.root / "server.log"
         self.port = free_port()
@@ -89,7 +93,7 @@ class PostgresServer:
 
     def _as_postgres(self, *argv: str, timeout: float = 120.0) -> None:
         subprocess.run(
-            ["runuser", "-u", "postgres", "--", *argv],
+            ["runuser", "-u", "postgres", "--", *argv] if self.as_root else list(argv),
             cwd=self.root,
             check=True,
             timeout=timeout,

@@ -4,7 +4,8 @@ poison job (see harness.py for the bookkeeping).
 
 Each run: 3,000 jobs (``JOBYARD_CHAOS_JOBS``) enqueued by a producer process in batches while
 two worker processes and a ``--processes 2`` supervisor run them; every ~0.5 s a random worker
-process is SIGKILLed and replaced; the producer is SIGKILLed once inside ``enqueue_many``; a
+process is SIGKILLed and replaced; the producer is SIGKILLed once inside ``enqueue_many`` (on
+SQLite, while it holds the write lock, mid-transaction: the batch must be all or nothing); a
 PostgreSQL or Redis server (private to the test) is restarted once: PostgreSQL crashes
 (``pg_ctl stop -m immediate``), Redis is SIGKILLed (its append-only file fsynced at every write:
 Redis keeps what its persistence settings keep), and on Redis Cluster the node serving the chaos
