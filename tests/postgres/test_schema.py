@@ -3,6 +3,7 @@ is reported in one line naming ``jobyard migrate``."""
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +30,7 @@ def bare_url() -> Iterator[str]:
 # App.backend drops the backend it opened when schema_check raises, without closing it: its
 # pool is then collected unclosed (a warning from psycopg_pool, not a failure of this check).
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_a_missing_schema_says_to_run_migrate(
     bare_url: str, open_backend: Callable[..., PostgresBackend]
 ) -> None:
@@ -38,6 +40,7 @@ def test_a_missing_schema_says_to_run_migrate(
     assert "\n" not in str(caught.value)
     with pytest.raises(jobyard.SchemaError, match="jobyard migrate"):
         jobyard.App(bare_url).get("1")  # the App checks when it opens the store
+    gc.collect()  # the backend the App dropped: collect it here, not in a later test
 
 
 def test_migrate_twice_applies_once(
