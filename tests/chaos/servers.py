@@ -292,36 +292,44 @@ class RedisServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-CLUSTER_NODE_OPTIONS = (
-    "--cluster-enabled", "yes",
-    "--cluster-config-file", "nodes.conf",
-    "--cluster-node-timeout", "5000",
-)  # fmt: skip
-
-
 class RedisCluster:
-    """Three masters (no replicas) on private ports, slots spread by ``redis-cli --cluster``."""
+    """A private three-node Cluster (no replicas) made by the Redis suite's helper
+    (``tests.redis.support.Cluster``), with one node to take down and bring back."""
 
-    def __init__(self, nodes: int = 3) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="jobyard-chaos-cluster-"))
-        self.nodes: list[RedisServer] = []
-        for i in range(nodes):
-            port = free_port(10000)
-            self.nodes.append(
-                RedisServer(port=port, root=self.root / str(i), extra=CLUSTER_NODE_OPTIONS)
-            )
-        self.restarts = 0
+    def __init__(self) -> None:
+        redis_bin()
+        self.cluster: Any = None
         self.target = 1  # the node down() stops
+        self.restarts = 0
+
+    @property
+    def nodes(self) -> list[Any]:
+        return list(self.cluster.nodes) if self.cluster is not None else []
 
     @property
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
+    def start(self) -> RedisCluster:
+        from tests.redis.support import Cluster
+
+        self.cluster = Cluster.start()
+        return self
+
+    def _cli(self, node: Any, *args: str) -> str:
+        out = subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(node.port), *args],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        return out.stdout.decode(errors="replace").strip()
+
     def node_for(self, key: str) -> int:
         """The index of the node that serves ``key``'s slot."""
-        slot = int(self.nodes[0]._cli("cluster", "keyslot", key))
+        slot = int(self._cli(self.nodes[0], "cluster", "keyslot", key))
         for i, node in enumerate(self.nodes):
-            for line in node._cli("cluster", "nodes").splitlines():
+            for line in self._cli(node, "cluster", "nodes").splitlines():
                 fields = line.split()
                 if "myself" not in fields[2]:
                     continue
@@ -331,26 +339,10 @@ class RedisCluster:
                         return i
         raise LookupError(f"no node serves slot {slot}")
 
-    def start(self) -> RedisCluster:
-        for node in self.nodes:
-            node.start()
-        subprocess.run(
-            [
-                "redis-cli", "--cluster", "create",
-                *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                "--cluster-replicas", "0", "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )  # fmt: skip
-        self.wait_ok()
-        return self
-
     def wait_ok(self) -> None:
         for node in self.nodes:
             _wait(
-                lambda n=node: "cluster_state:ok" in n._cli("cluster", "info"),
+                lambda n=node: "cluster_state:ok" in self._cli(n, "cluster", "info"),
                 60,
                 f"cluster node {node.port} to report cluster_state:ok",
             )
@@ -359,16 +351,17 @@ class RedisCluster:
         """Nothing to wait for: each node runs one command (one script) at a time."""
 
     def down(self) -> None:
-        """Stop node ``target`` gracefully; its slots are unreachable until :meth:`up`."""
-        self.nodes[self.target].stop()
+        """Stop node ``target`` gracefully (SHUTDOWN SAVE); its slots are unreachable until
+        :meth:`up`."""
+        self.nodes[self.target].stop(save=True)
 
     def up(self) -> None:
-        """Start the node again: its nodes.conf and append-only file bring it back as it was."""
+        """Start the node again: its nodes.conf and snapshot bring it back as it was."""
         self.nodes[self.target].start()
         self.wait_ok()
         self.restarts += 1
 
     def close(self) -> None:
         for node in self.nodes:
-            node.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+            with contextlib.suppress(Exception):
+                node.close()
