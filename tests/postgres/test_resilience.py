@@ -86,3 +86,23 @@ def test_waiting_on_one_queue_ignores_another(open_backend: Callable[..., Postgr
     assert backend.jobs_wait(JobsWaitParams(["q"], 0.3)) is False
     insert(backend, new("q"))
     assert backend.jobs_wait(JobsWaitParams(["q"], 10)) is True
+
+
+def test_a_slot_freed_in_a_limited_queue_wakes_its_waiters(
+    open_backend: Callable[..., PostgresBackend],
+) -> None:
+    from jobyard.backends.base import QueueConfig
+
+    waiter, other = open_backend(), open_backend()
+    waiter.queues_configure(QueueConfig("q", max_concurrency=1))
+    insert(waiter, new(), new())
+    (job,) = other.jobs_claim(JobsClaimParams("w2", ["q"], 5))
+    assert waiter.jobs_claim(JobsClaimParams("w1", ["q"], 5)) == []  # the queue is full
+    waiter.jobs_wait(JobsWaitParams(["q"], 0.01))
+    wait_until(lambda: waiter._listener.connected, what="the listener to connect")
+    waiter.jobs_wait(JobsWaitParams(["q"], 0.01))  # settle the connect's own wake-up
+    other.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed")]))
+    started = time.monotonic()
+    assert waiter.jobs_wait(JobsWaitParams(["q"], 30.0))
+    assert time.monotonic() - started < 10
+    assert len(waiter.jobs_claim(JobsClaimParams("w1", ["q"], 5))) == 1

@@ -403,10 +403,20 @@ freed AS (
     WHERE s.status IN ('completed', 'failed')
       AND k.queue = s.queue AND k.key = s.idempotency_key AND k.job_id = s.id
 ),
--- A released job (or a retry without delay) is due now: wake the workers of its queue.
+-- Wake the workers of a queue where a job is due again (released, or retried without delay),
+-- or where a settled job freed a slot of a max_concurrency that may have kept them waiting.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
-    FROM (SELECT DISTINCT queue FROM settled WHERE status = 'pending' AND due) AS d
+    FROM (
+        SELECT s.queue
+        FROM settled AS s
+        GROUP BY s.queue
+        HAVING bool_or(s.status = 'pending' AND s.due)
+            OR EXISTS (
+                SELECT 1 FROM queues AS q
+                WHERE q.name = s.queue AND q.max_concurrency IS NOT NULL
+            )
+    ) AS d
 ),
 durability AS (
     SELECT set_config('synchronous_commit', CASE
@@ -502,9 +512,10 @@ freed AS (
     WHERE r.status = 'failed'
       AND k.queue = r.queue AND k.key = r.idempotency_key AND k.job_id = r.id
 ),
+-- A job back to pending is due now; a failed one freed a slot of its queue: wake its workers.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
-    FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'pending') AS d
+    FROM (SELECT DISTINCT queue FROM reaped) AS d
 ),
 durability AS (
     SELECT set_config('synchronous_commit', CASE
