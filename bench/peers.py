@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import math
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -87,9 +88,29 @@ TARGETS["redis_cluster"] = TARGETS["redis"]
 
 @dataclass
 class Row:
+    """One library's figures; with several rounds, the median of each."""
+
     label: str
-    figures: dict[str, float | None] = field(default_factory=dict)
+    rounds: list[dict[str, float | None]] = field(default_factory=list)
+    partial: bool = False  # a drain timed out: its rate is that of the jobs done by then
     error: str = ""
+
+    def add(self, figures: dict[str, float | None], partial: bool, error: str) -> None:
+        if figures:
+            self.rounds.append(figures)
+        self.partial = self.partial or partial
+        self.error = self.error or error
+
+    @property
+    def figures(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for figure in FIGURES:
+            seen = [r[figure] for r in self.rounds if figure in r]
+            if not seen:
+                continue
+            values = [v for v in seen if v is not None]
+            out[figure] = statistics.median(values) if values else None
+        return out
 
 
 def ensure_peers_venv() -> None:
@@ -119,22 +140,25 @@ def fresh_store(store: str, label: str) -> Iterator[str]:
             yield url
 
 
-def run_child(argv: list[str], timeout: float) -> tuple[dict[str, float | None], str]:
-    """Run one benchmark process; its figures, and the tail of its output if it failed."""
+def run_child(argv: list[str], timeout: float, row: Row) -> None:
+    """Run one benchmark process and add its figures to ``row``."""
     try:
         res = subprocess.run(
             argv, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, cwd=BENCH_DIR
         )
     except subprocess.TimeoutExpired:
-        return {}, f"timed out after {timeout:.0f}s"
+        row.add({}, False, f"timed out after {timeout:.0f}s")
+        return
     sys.stdout.write("".join(f"    {line}\n" for line in res.stdout.splitlines()))
     sys.stdout.flush()
-    figures = parse_figures(res.stdout)
+    partial = any(
+        line.startswith("drain:") and "TIMED OUT" in line for line in res.stdout.splitlines()
+    )
     error = "" if res.returncode == 0 else f"exit {res.returncode}"
-    return figures, error
+    row.add(parse_figures(res.stdout), partial, error)
 
 
-def run_peer(peer: Peer, store: str, args: argparse.Namespace) -> Row:
+def run_peer(peer: Peer, store: str, args: argparse.Namespace, row: Row) -> None:
     log(f"peer {peer.label}")
     script = BENCH_DIR / "peer_runners" / f"bench_{peer.module}.py"
     with fresh_store(store, peer.module) as url:
@@ -154,11 +178,10 @@ def run_peer(peer: Peer, store: str, args: argparse.Namespace) -> Row:
         ]
         if peer.variant:
             argv += ["--variant", peer.variant]
-        figures, error = run_child(argv, timeout=args.peer_timeout)
-    return Row(peer.label, figures, error)
+        run_child(argv, args.peer_timeout, row)
 
 
-def run_jobyard(backend: str, args: argparse.Namespace) -> Row:
+def run_jobyard(backend: str, args: argparse.Namespace, row: Row) -> None:
     log(f"jobyard on {backend}")
     argv = [
         sys.executable,
@@ -172,8 +195,7 @@ def run_jobyard(backend: str, args: argparse.Namespace) -> Row:
         "--latency-samples",
         str(args.latency_samples),
     ]
-    figures, error = run_child(argv, timeout=args.peer_timeout)
-    return Row(f"jobyard ({backend})", figures, error)
+    run_child(argv, args.peer_timeout, row)
 
 
 def _fmt(value: float | None, figure: str) -> str:
@@ -192,11 +214,13 @@ def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str
     table: list[list[str]] = []
     for row in rows:
         cells = [row.label]
+        figures = row.figures
         for figure in FIGURES:
-            if figure not in row.figures:
+            if figure not in figures:
                 cells.append("-" if not row.error else "ERR")
             else:
-                cells.append(_fmt(row.figures[figure], figure))
+                mark = "*" if figure == "drain" and row.partial else ""
+                cells.append(_fmt(figures[figure], figure) + mark)
         table.append(cells)
     if targets:
         goal = {f: (">=" if kind == "min" else "<=") + _fmt(v, f) for f, v, kind in targets}
@@ -214,6 +238,10 @@ def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str
     print("  ".join("-" * w for w in widths))
     for cells in table:
         print(line(cells))
+    if any(r.partial for r in rows):
+        print("  * the drain did not finish within --drain-timeout: the rate of the jobs done")
+    if any(len(r.rounds) > 1 for r in rows):
+        print(f"  median of {max(len(r.rounds) for r in rows)} rounds, libraries interleaved")
     errors = [r for r in rows if r.error]
     for r in errors:
         print(f"  {r.label}: {r.error}")
@@ -238,6 +266,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--peer-timeout", type=float, default=900.0)
     p.add_argument("--libs", default="", help="comma-separated runner names (rq,celery,...)")
     p.add_argument("--all-variants", action="store_true", help="also the extra settings rows")
+    p.add_argument(
+        "--rounds", type=int, default=1, help="run every library this many times, interleaved"
+    )
     return p
 
 
@@ -248,11 +279,18 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     with_jobyard = with_jobyard or args.with_jobyard
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
-    rows: list[Row] = []
+    peers = selected_peers(args)
+    jobyard = Row(f"jobyard ({args.store})")
+    rows = [Row(p.label) for p in peers]
+    for n in range(args.rounds):
+        if args.rounds > 1:
+            log(f"round {n + 1} of {args.rounds}")
+        if with_jobyard:
+            run_jobyard(args.store, args, jobyard)
+        for peer, row in zip(peers, rows, strict=True):
+            run_peer(peer, args.store, args, row)
     if with_jobyard:
-        rows.append(run_jobyard(args.store, args))
-    for peer in selected_peers(args):
-        rows.append(run_peer(peer, args.store, args))
+        rows.insert(0, jobyard)
     title = (
         f"{args.store}: {args.jobs} jobs one at a time, {args.jobs} in bulk, drain of "
         f"{2 * args.jobs} no-op jobs by one worker process, {args.latency_samples} idle samples"
