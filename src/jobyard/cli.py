@@ -9,23 +9,29 @@ with 1. A password in a store URL is never printed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
-import re
 import sys
-import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ._cli_format import (
+    DURATION,
+    _ago,
+    _console,
+    _dumps,
+    _json_option,
+    _last_line,
+    _scrub,
+    _when,
+    job_to_dict,
+)
 from .app import App, load_app
 from .backends import mask_url
 from .backends.base import STATUSES
@@ -37,7 +43,7 @@ from .errors import (
     JobNotFound,
     JobyardError,
 )
-from .job import Job, check_name
+from .job import check_name
 
 log = logging.getLogger("jobyard.cli")
 
@@ -45,123 +51,6 @@ FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")
 LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
-
-# --- parsing ------------------------------------------------------------------------------------
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhdw])")
-_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``text``: a bare number of seconds (``3600``, ``0.5``) or amounts with units
-    ``s m h d w`` (``30s``, ``15m``, ``7d``, ``1h30m``). ``ValueError`` otherwise."""
-    value = text.strip().lower()
-    if _NUMBER.fullmatch(value):
-        return float(value)
-    parts = _DURATION_PART.findall(value)
-    if not parts or "".join(n + u for n, u in parts) != value:
-        raise ValueError(f"{text!r} is not a duration: use seconds (3600) or 30s, 15m, 2h, 7d")
-    return sum(float(n) * _UNITS[u] for n, u in parts)
-
-
-if TYPE_CHECKING:
-    _ParamType = click.ParamType[float]
-else:  # click before 8.4 has no generic ParamType
-    _ParamType = click.ParamType
-
-
-class Duration(_ParamType):
-    """A click parameter holding a duration in seconds (see :func:`parse_duration`)."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float):
-            return float(value)
-        try:
-            return parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = Duration()
-
-
-def _json_option(kind: type) -> Any:
-    """A click callback parsing an option's value as a JSON array or object."""
-    label = "array" if kind is list else "object"
-
-    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-        if value is None:
-            return kind()
-        try:
-            data = json.loads(value)
-        except ValueError as exc:
-            raise click.BadParameter(f"not JSON ({exc}): {value!r}") from None
-        if not isinstance(data, kind):
-            raise click.BadParameter(f"must be a JSON {label}, got {value!r}")
-        return data
-
-    return parse
-
-
-# --- output -------------------------------------------------------------------------------------
-
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*):[^\s/@]*@")
-
-
-def _scrub(message: str) -> str:
-    """Mask the password of any URL in ``message`` (a driver's error may quote its DSN)."""
-    return _URL_PASSWORD.sub(r"\1:***@", message)
-
-
-def _console() -> Console:
-    # Piped output keeps whole ids and names rather than folding them at 80 columns.
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=200 if wide else None, soft_wrap=False)
-
-
-def _when(moment: datetime | None) -> str:
-    return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _ago(epoch: float) -> str:
-    seconds = max(time.time() - epoch, 0.0)
-    if seconds < 90:
-        return f"{seconds:.0f}s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
-
-
-def _last_line(error: str | None, width: int = 70) -> str:
-    lines = (error or "").strip().splitlines()
-    line = lines[-1].strip() if lines else ""
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def job_to_dict(job: Job) -> dict[str, Any]:
-    """Every field of a job, JSON-ready (``jobyard show --json``)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(job):
-        name = f.name
-        value = getattr(job, name)
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        elif isinstance(value, tuple):
-            value = list(value)
-        elif name == "status":
-            value = str(value)
-        out[name] = value
-    return out
-
 
 # --- the command group --------------------------------------------------------------------------
 

@@ -380,7 +380,7 @@ def test_an_unreachable_store_is_one_line_without_the_password(cli: Cli) -> None
     ],
 )
 def test_error_lines_mask_url_passwords(message: str, shown: str) -> None:
-    from jobyard.cli import _scrub
+    from jobyard._cli_format import _scrub
 
     assert shown in _scrub(message)
     assert "hunter2" not in _scrub(message) and ":p@" not in _scrub(message)
