@@ -96,7 +96,6 @@ class _Consumer:
     def start(self) -> None:
         """Start consuming on a thread of its own (safe to call twice)."""
         if self._thread is None:
-            self._check_start()
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
             self._thread.start()
@@ -116,7 +115,11 @@ class _Consumer:
 
     def run_once(self, block: float = 0.0) -> int:
         """Sweep for abandoned entries, then take and handle what is there (waiting up to
-        ``block`` seconds for one). Returns how many entries were handled."""
+        ``block`` seconds for one). Returns how many entries were handled. For tests, and for
+        callers that drive the consumer themselves instead of :meth:`start`."""
+        if self._thread is not None:
+            raise RuntimeError(f"{self.name} is running on its own thread")
+        self._stop.clear()
         self._check_start()
         return self._step(block, sweep=True)
 
@@ -126,6 +129,7 @@ class _Consumer:
             now = time.monotonic()
             sweep = now - self._last_sweep >= self.sweep_interval
             try:
+                self._check_start()  # here, not in start(): a store that is down is waited out
                 self._step(self.block, sweep)
                 if sweep:
                     self._last_sweep = now
@@ -483,6 +487,8 @@ class StreamConsumer(_Consumer):
         )
         for _stream, entries in read or []:
             for entry_id, fields in entries:
+                if self._stop.is_set():
+                    return handled  # stopping: the rest stay pending for another consumer
                 self._handle(entry_id, fields)
                 handled += 1
         return handled
