@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 import redis.cluster
 
-import redis
 from jobyard.backends.base import JobsInsertParams, NewJob
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.clock import Clock, FrozenClock, SystemClock

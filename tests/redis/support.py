@@ -22,10 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
+import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-
-import redis
 
 SHARED_HOST = "127.0.0.1"
 SHARED_PORT = 6379

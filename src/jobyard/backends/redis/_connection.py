@@ -11,13 +11,12 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import redis
 import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
-
-import redis
 
 from ...errors import ConfigurationError
 
