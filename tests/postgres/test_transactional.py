@@ -237,3 +237,39 @@ def test_a_lent_connection_returns_in_autocommit(backend: PostgresBackend) -> No
     assert mode == ("auto",)  # the handler's own statements plan as PostgreSQL would
     backend.connection_release(conn)
     assert conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_a_handlers_session_changes_do_not_outlive_its_job(
+    open_backend: Callable[..., PostgresBackend],
+) -> None:
+    from psycopg.rows import dict_row
+
+    backend = open_backend(at=None)
+    for round_ in range(6):  # the pool is small: the same connection comes back each time
+        conn = backend.connection_acquire()
+        conn.row_factory = dict_row  # type: ignore[assignment]
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS scratch (x int)")
+        conn.execute("SET search_path = public")
+        conn.execute("SET SESSION lock_timeout = '1ms'")
+        conn.commit()
+        backend.connection_release(conn)
+        (inserted,) = backend.jobs_insert(JobsInsertParams([new()]))
+        assert backend.jobs_get(inserted.id) is not None, round_
+    again = backend.connection_acquire()
+    try:
+        assert again.execute("SHOW lock_timeout").fetchone() == ("0",)
+        assert again.execute("SELECT to_regclass('pg_temp.scratch')").fetchone() == (None,)
+    finally:
+        backend.connection_release(again)
+
+
+def test_a_caller_connection_with_another_row_factory(
+    backend: PostgresBackend, connect: Connect
+) -> None:
+    from psycopg.rows import dict_row
+
+    conn = connect()
+    conn.row_factory = dict_row  # type: ignore[assignment]
+    (inserted,) = backend.jobs_insert(JobsInsertParams([new()], connection=conn))
+    conn.commit()
+    assert backend.jobs_get(inserted.id) is not None

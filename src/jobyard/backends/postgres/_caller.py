@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors, pq
+from psycopg.rows import tuple_row
 
 from ...errors import ConfigurationError, QueueFull
 from ._sql import Q
@@ -86,8 +87,11 @@ def run_sync(conn: Any, steps: Sequence[Step], search_path: str | None) -> list[
     conflicts = 0
     while True:
         try:
+            # Cursors of our own row factory: the caller's connection may have another.
+            cursors = [conn.cursor(row_factory=tuple_row) for _ in wrapped]
             with conn.pipeline():
-                cursors = [conn.execute(query, params) for query, params in wrapped]
+                for cur, (query, params) in zip(cursors, wrapped, strict=True):
+                    cur.execute(query, params)
             return cursors[index].fetchall()
         except psycopg.Error as exc:
             if savepoint and _failed(conn):
@@ -118,9 +122,11 @@ async def run_async(
     conflicts = 0
     while True:
         try:
+            acursors = [conn.cursor(row_factory=tuple_row) for _ in wrapped]
             async with conn.pipeline():
-                cursors = [await conn.execute(query, params) for query, params in wrapped]
-            return await cursors[index].fetchall()
+                for acur, (query, params) in zip(acursors, wrapped, strict=True):
+                    await acur.execute(query, params)
+            return await acursors[index].fetchall()
         except psycopg.Error as exc:
             if savepoint and _failed(conn):
                 await conn.execute(Q.savepoint_rollback)

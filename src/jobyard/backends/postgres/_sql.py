@@ -48,6 +48,7 @@ class Queries:
     listen: str
     ping: str
     lend: str
+    lent_reset: str
     savepoint: str
     savepoint_release: str
     savepoint_rollback: str

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
+from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from ...clock import Clock
@@ -459,8 +460,13 @@ class PostgresBackend:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.rollback()
             conn.autocommit = True
+            # The handler had the connection to itself: undo what it may have changed, on the
+            # client side and then in the session (one round trip, several statements).
+            conn.row_factory = tuple_row
+            conn.isolation_level = conn.read_only = conn.deferrable = None
+            conn.execute(Q.lent_reset.encode(), prepare=False)
         except psycopg.Error:
-            pass  # broken: the pool discards it
+            conn.close()  # broken, or in a state it cannot leave: the pool replaces it
         self._pool.putconn(conn)
 
     # queues, workers, stats -------------------------------------------------------------------

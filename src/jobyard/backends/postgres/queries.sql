@@ -708,6 +708,17 @@ SELECT 1;
 SELECT set_config('plan_cache_mode', 'auto', true);
 
 
+-- name: lent_reset
+-- A connection lent to a handler goes back to the pool as it came: whatever the handler set
+-- for its session (search_path, timeouts), listened to, locked or made temporary is undone.
+-- (Not DISCARD ALL: it would also drop the prepared statements psycopg knows about.)
+CLOSE ALL;
+RESET ALL;
+UNLISTEN *;
+SELECT pg_advisory_unlock_all();
+DISCARD TEMP;
+
+
 -- name: savepoint
 SAVEPOINT jobyard;
 
