@@ -116,6 +116,9 @@ def run(args: argparse.Namespace, url: str) -> None:
             break
         time.sleep(0.02)
     wall = now - (first or t_start)
+    with trace.lock:  # the drain's figures, before the latency samples add theirs
+        times = {k: list(v) for k, v in trace.times.items()}
+        sizes = {k: list(v) for k, v in trace.sizes.items()}
     phases = latency_phases(args, trace) if args.latency else []
     worker.stop(grace=5)
     app.close()
@@ -123,11 +126,10 @@ def run(args: argparse.Namespace, url: str) -> None:
     print(f"# jobyard {args.backend}: traced drain of {n} jobs, concurrency {args.concurrency}")
     print(f"drain: {n / wall:.0f} jobs/s  # in-process worker, {wall:.2f}s")
     for name in METHODS:
-        t = trace.times.get(name)
+        t = times.get(name)
         if not t:
             continue
-        sizes = trace.sizes[name]
-        per = f", {statistics.mean(sizes):.1f} jobs/call" if any(sizes) else ""
+        per = f", {statistics.mean(sizes[name]):.1f} jobs/call" if any(sizes[name]) else ""
         print(
             f"{name}: {len(t)} calls{per}, total {sum(t):.2f}s "
             f"({100 * sum(t) / wall:.0f}% of the drain), "
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace, url: str) -> None:
             f"producer waiting for a free slot: {len(slot_waits)} waits, total "
             f"{sum(slot_waits):.2f}s ({100 * sum(slot_waits) / wall:.0f}% of the drain)"
         )
-    empty = sum(1 for s in trace.sizes.get("jobs_claim", []) if s == 0)
+    empty = sum(1 for s in sizes.get("jobs_claim", []) if s == 0)
     print(f"empty claims: {empty}")
     if phases:
         print(f"# idle latency, {len(phases)} samples: median (p95) ms of each step")

@@ -33,7 +33,6 @@ def main() -> None:
     from _harness import Harness
     from arq import create_pool
     from arq.constants import default_queue_name
-
     from redis import Redis
 
     h = Harness("arq")

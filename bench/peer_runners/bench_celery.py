@@ -34,7 +34,6 @@ def stamp(i: int) -> None:
 
 def main() -> None:
     from _harness import Harness
-
     from redis import Redis
 
     h = Harness("celery")  # sets $BENCH_URL

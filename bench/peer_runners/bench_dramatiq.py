@@ -28,7 +28,6 @@ def stamp(i: int) -> None:
 
 def main() -> None:
     from _harness import Harness
-
     from redis import Redis
 
     h = Harness("dramatiq")  # sets $BENCH_URL

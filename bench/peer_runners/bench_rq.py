@@ -17,10 +17,9 @@ def stamp(i: int) -> None:
 
 def main() -> None:
     from _harness import Harness
+    from redis import Redis
     from rq import Queue
     from rq.registry import FailedJobRegistry, FinishedJobRegistry
-
-    from redis import Redis
 
     h = Harness("rq")
     import bench_rq as tasks  # by module name: workers cannot import __main__
