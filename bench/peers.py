@@ -275,22 +275,27 @@ def parser(description: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--with-jobyard", action="store_true", help="jobyard's figures in the table")
+    p.add_argument(
+        "--no-cluster", action="store_true", help="redis: no jobyard row on a Redis Cluster"
+    )
     args = p.parse_args(argv)
     with_jobyard = with_jobyard or args.with_jobyard
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
     peers = selected_peers(args)
-    jobyard = Row(f"jobyard ({args.store})")
+    backends = [args.store] if with_jobyard else []
+    if with_jobyard and args.store == "redis" and not args.no_cluster:
+        backends.append("redis_cluster")
+    jobyard = [Row(f"jobyard ({b})") for b in backends]
     rows = [Row(p.label) for p in peers]
     for n in range(args.rounds):
         if args.rounds > 1:
             log(f"round {n + 1} of {args.rounds}")
-        if with_jobyard:
-            run_jobyard(args.store, args, jobyard)
+        for backend, row in zip(backends, jobyard, strict=True):
+            run_jobyard(backend, args, row)
         for peer, row in zip(peers, rows, strict=True):
             run_peer(peer, args.store, args, row)
-    if with_jobyard:
-        rows.insert(0, jobyard)
+    rows = jobyard + rows
     title = (
         f"{args.store}: {args.jobs} jobs one at a time, {args.jobs} in bulk, drain of "
         f"{2 * args.jobs} no-op jobs by one worker process, {args.latency_samples} idle samples"
