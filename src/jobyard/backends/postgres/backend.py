@@ -68,6 +68,7 @@ from .listener import Listener
 
 T = TypeVar("T")
 log = logging.getLogger("jobyard.postgres")
+_rng = random.Random()  # jitter without touching the global random state
 Conn = psycopg.Connection[Any]
 Row = tuple[Any, ...]
 
@@ -174,7 +175,7 @@ class PostgresBackend:
                 if conflicts > _caller.MAX_CONFLICT_RETRIES:
                     raise
                 log.debug("retrying after a conflict (%s): %s", type(exc).__name__, exc)
-                time.sleep(random.uniform(0, 0.001 * conflicts))  # decorrelate the rivals
+                time.sleep(_rng.uniform(0, 0.001 * conflicts))  # decorrelate the rivals
             except psycopg.OperationalError as exc:
                 if not conn.broken or reconnects <= 0:
                     raise

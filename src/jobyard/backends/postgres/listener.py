@@ -33,6 +33,7 @@ from ._connect import Settings
 from ._sql import Q
 
 log = logging.getLogger("jobyard.postgres")
+_rng = random.Random()  # jitter without touching the global random state
 
 CHANNEL = "jobyard"
 POLL_WHILE_DOWN = 1.0  # seconds: how often waiters poll while the listener is disconnected
@@ -186,7 +187,7 @@ class Listener:
                         conn.close()
             if self._stopping or self._sleep(delay):
                 return
-            delay = min(delay * 2, BACKOFF_MAX) * random.uniform(0.8, 1.0)
+            delay = min(delay * 2, BACKOFF_MAX) * _rng.uniform(0.8, 1.0)
 
     def _sleep(self, seconds: float) -> bool:
         """Wait ``seconds`` or until stopped; True if stopped."""
