@@ -219,8 +219,11 @@ class PostgresBackend:
 
     # producer side ----------------------------------------------------------------------------
 
-    def _insert_steps(self, jobs: Sequence[NewJob]) -> list[_caller.Step]:
+    def _insert_steps(self, jobs: Sequence[NewJob], locked: bool = True) -> list[_caller.Step]:
+        """The lock statement and the insert; with ``locked`` false, the insert alone, which
+        writes nothing for a batch that needs the lock (see ``go`` in queries.sql)."""
         args: dict[str, Any] = {
+            "locked": locked,
             "now": self.clock.now(),
             "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
             "names": [j.name for j in jobs],
@@ -237,6 +240,8 @@ class PostgresBackend:
             "keys": [j.idempotency_key for j in jobs],
             "parents": [j.parent_id for j in jobs],
         }
+        if not locked:
+            return [(Q.jobs_insert, args)]
         lock = {"queues": sorted({j.queue for j in jobs})}
         return [(Q.jobs_insert_lock, lock), (Q.jobs_insert, args)]
 
@@ -251,13 +256,19 @@ class PostgresBackend:
         idempotency key makes that safe even in the rare case where this is ambiguous)."""
         if not params.jobs:
             return []
-        steps = self._insert_steps(params.jobs)
         conn = params.connection
         if conn is not None:
+            steps = self._insert_steps(params.jobs)
             rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
             return self._inserted(rows)
         try:
-            rows = self._run(lambda c: self._locked(c, steps))
+            # One statement, unless a queue of the batch has a max_pending: then it wrote
+            # nothing, and the batch goes again behind that queue's lock.
+            (insert,) = self._insert_steps(params.jobs, locked=False)
+            rows = self._run(lambda c: self._fetch(c, insert[0], dict(insert[1] or {})))
+            if rows and not rows[0][3]:
+                steps = self._insert_steps(params.jobs)
+                rows = self._run(lambda c: self._locked(c, steps))
         except psycopg.Error as exc:
             full = _caller.queue_full(exc)
             if full is not None:

@@ -32,8 +32,9 @@
 -- Serialise inserts into queues that have a max_pending, so the count jobs_insert makes next is
 -- current. It runs in the same implicit transaction as jobs_insert (one pipeline, one round
 -- trip); the count must be a separate statement because a READ COMMITTED statement that waited
--- for a lock still reads the snapshot taken before the wait. Queues without a limit take no
--- lock; locks are taken in name order so two batches cannot deadlock.
+-- for a lock still reads the snapshot taken before the wait. Locks are taken in name order so
+-- two batches cannot deadlock. Batches for queues without a max_pending (the common case) skip
+-- this statement: see `go` in jobs_insert.
 SELECT pg_advisory_xact_lock(hashtextextended('jobyard:pending:' || current_schema() || ':' || name, 0))
 FROM (
     SELECT name FROM queues
@@ -44,7 +45,7 @@ FROM (
 
 -- name: jobs_insert
 -- Insert a batch in one statement. Returns one row per input job, in input order:
--- (ord, id, created, checks).
+-- (ord, id, created, go, checks); go false: nothing was written (see `go`).
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
@@ -60,6 +61,15 @@ input AS (
         delivery, key, parent_id, ord
     )
 ),
+-- Unless jobs_insert_lock ran first (%(locked)s), a batch for a queue with a max_pending writes
+-- nothing and answers go = false: the backend sends it again behind the lock. (A max_pending
+-- configured while this statement runs applies from the next batch, as if it came later.)
+go AS (
+    SELECT %(locked)s::bool OR NOT EXISTS (
+        SELECT 1 FROM queues
+        WHERE name IN (SELECT queue FROM input) AND max_pending IS NOT NULL
+    ) AS ok
+),
 -- The first job of the batch with a given (queue, key) stands for every repeat of it.
 firsts AS (
     SELECT DISTINCT ON (queue, key) queue, key, ord
@@ -68,11 +78,12 @@ firsts AS (
     ORDER BY queue, key, ord
 ),
 -- An id for every job that may be created: keyless ones and the first of each key. nextval is
--- volatile, so it is evaluated after the sort and ids increase in input order.
+-- volatile, so it is evaluated after the sort and ids increase in input order. Everything
+-- written below derives from these rows, so without `go` nothing is.
 fresh AS (
     SELECT i.ord, nextval('jobs_id_seq') AS id
     FROM input AS i
-    WHERE i.key IS NULL OR i.ord IN (SELECT ord FROM firsts)
+    WHERE (i.key IS NULL OR i.ord IN (SELECT ord FROM firsts)) AND (SELECT ok FROM go)
     ORDER BY i.ord
 ),
 -- Take each key, or learn who holds it. ON CONFLICT DO UPDATE (a no-op write) rather than DO
@@ -131,6 +142,7 @@ notified AS (
     FROM (SELECT DISTINCT queue FROM inserted) AS d
 )
 SELECT i.ord, coalesce(c.id, k.job_id) AS id, c.id IS NOT NULL AS created,
+       (SELECT ok FROM go) AS go,
        (SELECT count(*) FROM full_queues) + (SELECT count(*) FROM notified) AS checks
 FROM input AS i
 LEFT JOIN created AS c USING (ord)
