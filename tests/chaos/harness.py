@@ -9,7 +9,8 @@ yet written), read while the victim is SIGSTOPped and once more right after the 
 the store committed as the process stopped shows up there); for a store restart, every running
 job, read with all workers SIGSTOPped (once the store has finished the statements they sent)
 before the stop, and again, workers stopped again, as soon as the store answers (a move the
-crash made the store forget shows up there as running). A
+crash made the store forget shows up there as running), plus every job completed before the
+crash and not after it (a completion the store acknowledged but forgot). A
 job may then run at most once more than the number of those moments it was in flight at; that is
 asserted per job, and the total is the bound printed with the duplicates.
 """
@@ -195,6 +196,7 @@ class Outcome:
     torn_batches: list[str]
     dead_workers: list[str]
     down_exits: int
+    forgotten: int
     wall: float
 
     def line(self) -> str:
@@ -203,7 +205,8 @@ class Outcome:
             f"restarts={self.restarts} producer_kills={self.producer_kills} "
             f"(batch stored: {self.batch_stored}) lost={len(self.lost)} stuck={len(self.stuck)} "
             f"duplicates={self.duplicates} (bound {self.bound}: kills {self.bound_kills}, "
-            f"restart {self.bound - self.bound_kills}) down_exits={self.down_exits} "
+            f"restart {self.bound - self.bound_kills}, of which forgotten completions "
+            f"{self.forgotten}) down_exits={self.down_exits} "
             f"wall={self.wall:.1f}s"
         )
 
@@ -267,6 +270,7 @@ class ChaosRun:
         self.outages: list[tuple[float, float]] = []  # wall-clock (down, up) of each restart
         self.down_exits = 0  # worker processes that exited because the store was down
         self.dead: list[str] = []  # worker processes that died on their own
+        self.forgotten = 0  # completions a store restart forgot
         self._n = 0
 
     # processes ----------------------------------------------------------------------------
@@ -312,6 +316,10 @@ class ChaosRun:
             if prefix is None or (j.worker_id is not None and j.worker_id.startswith(prefix))
         }
 
+    def completed(self) -> set[str]:
+        jobs = retrying(lambda: self.app.jobs(status="completed", limit=100_000))
+        return {j.id for j in jobs}
+
     def counts(self) -> dict[str, int]:
         stats = retrying(lambda: self.app.stats([chaos_app.QUEUE]))
         return stats[0].counts if stats else {}
@@ -345,7 +353,7 @@ class ChaosRun:
         else:
             self.killed_children += 1  # the supervisor starts its replacement
 
-    def catch_producer(self, timeout: float = 2.0) -> bool:
+    def catch_producer(self, timeout: float = 0.5) -> bool:
         """Watch the acks file. When the producer writes a ``begin`` line it is about to call
         enqueue_many: wait a random part of how long a call took so far, SIGSTOP it, and if
         the batch's ``ack`` is still missing it is inside the call (encoding, in the store's
@@ -496,19 +504,24 @@ class ChaosRun:
         against the dead store for ``downtime``, and are stopped again while it comes back and
         the running jobs are read once more, before any reaper can move them: a move the store
         forgot in the crash (PostgreSQL commits the worker's moves asynchronously) shows up as
-        running again there."""
+        running again there, or, for a job whose claim was forgotten too, as no longer
+        completed: such a completion was acknowledged to its worker but not kept, and the job
+        runs again ("forgotten" in the summary)."""
         assert self.server is not None
         with self.workers_stopped():
             self.server.quiesce()
             in_flight = self.running()
+            completed = self.completed()
             self.server.down()
         down = time.time()
         time.sleep(self.downtime)  # load: workers retry against a dead store meanwhile
         with self.workers_stopped():
             self.server.up()
             in_flight |= self.running()
+            forgotten = completed - self.completed()
+        self.forgotten += len(forgotten)
         self.outages.append((down, time.time()))
-        self.events.append(Event("restart", "store", in_flight))
+        self.events.append(Event("restart", "store", in_flight | forgotten))
 
     # the run -------------------------------------------------------------------------------------
 
@@ -679,6 +692,7 @@ class ChaosRun:
             torn_batches=torn,
             dead_workers=dead,
             down_exits=self.down_exits,
+            forgotten=self.forgotten,
             wall=wall,
         )
 

@@ -135,22 +135,37 @@ class PostgresServer:
         self.running = False
 
     def quiesce(self, timeout: float = 30.0) -> None:
-        """Wait until no jobyard connection has a statement in progress (its client may be
-        SIGSTOPped while the server still runs what it sent: a claim committing after the test
-        looked would go unseen)."""
+        """Wait until no jobyard connection has a statement in progress that could still commit
+        (its client may be SIGSTOPped while the server still runs what it sent: a claim
+        committing after the test looked would go unseen)."""
         import psycopg
 
         with psycopg.connect(self.url, autocommit=True, application_name="chaos-test") as conn:
-            _wait(
-                lambda: (
-                    not conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity"
-                        " WHERE application_name = 'jobyard' AND state = 'active'"
-                    ).fetchone()[0]
-                ),  # type: ignore[index]
-                timeout,
-                "jobyard's statements in progress to finish",
-            )
+
+            def busy() -> list[Any]:
+                return conn.execute(
+                    "SELECT pid, state, wait_event_type, wait_event, backend_xid, query"
+                    " FROM pg_stat_activity"
+                    " WHERE application_name = 'jobyard' AND state <> 'idle'"
+                ).fetchall()
+
+            try:
+                # A statement waiting for its stopped client (the rest of a pipeline, or room
+                # to write its rows) or for a lock held by one cannot commit before the crash.
+                _wait(
+                    lambda: (
+                        not [
+                            r for r in busy() if r[1] == "active" and r[2] not in ("Client", "Lock")
+                        ]
+                    ),
+                    timeout,
+                    "quiet",
+                )
+            except TimeoutError:
+                rows = "\n".join(repr(r) for r in busy())
+                raise TimeoutError(
+                    f"statements of stopped clients still running:\n{rows}"
+                ) from None
 
     def down(self) -> None:
         """Crash the server (``pg_ctl stop -m immediate``): committed work survives in the WAL."""
