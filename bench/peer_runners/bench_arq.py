@@ -58,7 +58,12 @@ def main() -> None:
         return total - left, total - left
 
     try:
-        h.drain(total, poll, f"max_jobs {h.concurrency}")
+        h.drain(
+            total,
+            poll,
+            f"max_jobs {h.concurrency}",
+            purge=lambda: redis.delete(default_queue_name),
+        )
         # arq polls every 0.5 s: spread the enqueues over its cycle, fewer samples
         h.args.latency_samples = min(h.args.latency_samples, 100)
         h.latency(lambda i: pool.enqueue_job("stamp", i), max_gap=0.5)

@@ -75,7 +75,7 @@ def main() -> None:
         return total - waiting, total - waiting - unacked
 
     try:
-        h.drain(total, poll, f"pool {pool[1]}, acks_late")
+        h.drain(total, poll, f"pool {pool[1]}, acks_late", purge=lambda: redis.delete("bench"))
         h.latency(lambda i: tasks.stamp.delay(i))
     finally:
         h.stop_worker()

@@ -60,7 +60,7 @@ def main() -> None:
         return total - waiting, total - unacked
 
     try:
-        h.drain(total, poll, "1 process, 8 threads")
+        h.drain(total, poll, "1 process, 8 threads", purge=lambda: redis.delete("dramatiq:bench"))
         h.latency(lambda i: tasks.stamp.send(i))
     finally:
         h.stop_worker()

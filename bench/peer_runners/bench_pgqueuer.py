@@ -90,8 +90,12 @@ def main() -> None:
         return total - rows.get("queued", 0), total - left
 
     try:
+        tasks = max(h.concurrency, 2 * batch)
         h.drain(
-            total, poll, f"batch size {batch}, max_concurrent_tasks {max(h.concurrency, 2 * batch)}"
+            total,
+            poll,
+            f"batch size {batch}, max_concurrent_tasks {tasks}",
+            purge=lambda: conn.execute("DELETE FROM pgqueuer WHERE status = 'queued'"),
         )
         h.latency(lambda i: queries.enqueue("stamp", str(i).encode()))
     finally:

@@ -72,7 +72,12 @@ def main() -> None:
         return total - rows.get("todo", 0), finished
 
     try:
-        h.drain(total, poll, f"concurrency {h.concurrency}")
+        h.drain(
+            total,
+            poll,
+            f"concurrency {h.concurrency}",
+            purge=lambda: conn.execute("DELETE FROM procrastinate_jobs WHERE status = 'todo'"),
+        )
         h.latency(lambda i: tasks.stamp.defer_async(i=i))
     finally:
         h.stop_worker()

@@ -43,7 +43,7 @@ def main() -> None:
         return total - pending, finished_reg.count + failed_reg.count
 
     try:
-        h.drain(total, poll, f"worker class {worker_class}")
+        h.drain(total, poll, f"worker class {worker_class}", purge=q.empty)
         h.latency(lambda i: q.enqueue(tasks.stamp, i))
     finally:
         h.stop_worker()
