@@ -194,7 +194,7 @@ def test_heartbeats_and_settlements_never_deadlock(
 ) -> None:
     """A worker's heartbeat and its completer lock overlapping jobs at once. Small renewals
     (their rows locked in the order given) racing large settlements (locked in table order)
-    deadlock unless both lock in id order, as they do."""
+    would deadlock if renewals waited for locks; they skip locked rows instead."""
     import logging
 
     caplog.set_level(logging.DEBUG, logger="jobyard.postgres")

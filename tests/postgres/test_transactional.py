@@ -273,3 +273,22 @@ def test_a_caller_connection_with_another_row_factory(
     (inserted,) = backend.jobs_insert(JobsInsertParams([new()], connection=conn))
     conn.commit()
     assert backend.jobs_get(inserted.id) is not None
+
+
+def test_a_heartbeat_does_not_wait_for_a_settling_transaction(backend: PostgresBackend) -> None:
+    from jobyard.backends.base import LeasesRenewParams
+
+    insert(backend, new(), new())
+    a, b = backend.jobs_claim(JobsClaimParams("w1", ["q"], 2))
+    conn = backend.connection_acquire()
+    try:
+        done = Outcome(a.id, a.token, "completed", result="1")
+        assert backend.jobs_ack(JobsAckParams([done], connection=conn)) == []
+        # a's row is locked until the handler's transaction commits: the heartbeat skips it
+        # (not lost: its settlement is in flight) and renews b without waiting.
+        beat = LeasesRenewParams("w1", [(a.id, a.token), (b.id, b.token)])
+        assert backend.leases_renew(beat) == []
+        conn.commit()
+    finally:
+        backend.connection_release(conn)
+    assert backend.leases_renew(LeasesRenewParams("w1", [(a.id, a.token)])) == [a.id]

@@ -376,16 +376,6 @@ input AS (
         %(errors)s::text[], %(delays)s::float8[]
     ) AS i (id, token, kind, result, error, delay)
 ),
--- Lock the rows in id order first: a worker's heartbeat (leases_renew) and its completer
--- settle overlapping sets of its jobs at the same time, and two statements that lock the same
--- rows in different orders deadlock (a one-second stall before PostgreSQL breaks it).
-locked AS (
-    SELECT j.id
-    FROM jobs AS j JOIN input AS i ON i.id = j.id AND i.token = j.token
-    WHERE j.status = 'running'
-    ORDER BY j.id
-    FOR UPDATE OF j
-),
 settled AS (
     UPDATE jobs AS j
     SET status = CASE i.kind
@@ -404,8 +394,8 @@ settled AS (
         attempts = CASE WHEN i.kind = 'release' THEN j.attempts - 1 ELSE j.attempts END,
         token = NULL,
         lease_expires_at = NULL
-    FROM locked AS l, input AS i, clock
-    WHERE j.status = 'running' AND j.id = l.id AND i.id = l.id AND j.token = i.token
+    FROM input AS i, clock
+    WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
     RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
               j.run_at <= clock.now AS due
 ),
@@ -444,27 +434,36 @@ WHERE NOT EXISTS (SELECT 1 FROM settled AS s WHERE s.id = i.id)
 
 
 -- name: leases_renew
--- Heartbeat. lease_expires_at is in no index, so with the running partition's free space
--- this is a HOT update. Returns the ids whose lease was lost.
+-- Heartbeat. Rows locked by someone else are skipped, not waited for: a worker's heartbeat and
+-- its completer (or a handler's transaction that has settled its job and not yet committed)
+-- touch the same jobs at the same time, and a renewal that waited could deadlock with a
+-- settlement locking the rows in another order, or stall the whole heartbeat behind one
+-- transaction. A skipped job is not reported lost: the lock's owner is settling it (or the next
+-- beat renews it). Lost: not running under that token in this statement's snapshot.
+-- lease_expires_at is in no index, so with the running partition's free space this is a HOT
+-- update.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
 input AS (
     SELECT * FROM unnest(%(ids)s::int8[], %(tokens)s::text[]) AS i (id, token)
 ),
--- In id order, as jobs_ack locks them: see there.
+held AS (
+    SELECT j.id
+    FROM jobs AS j JOIN input AS i ON i.id = j.id AND i.token = j.token
+    WHERE j.status = 'running'
+),
 locked AS (
     SELECT j.id
     FROM jobs AS j JOIN input AS i ON i.id = j.id AND i.token = j.token
     WHERE j.status = 'running'
-    ORDER BY j.id
-    FOR UPDATE OF j
+    FOR UPDATE OF j SKIP LOCKED
 ),
 renewed AS (
     UPDATE jobs AS j
     SET lease_expires_at = clock.now + j.lease
-    FROM locked AS l, input AS i, clock
-    WHERE j.status = 'running' AND j.id = l.id AND i.id = l.id AND j.token = i.token
+    FROM locked AS l, clock
+    WHERE j.status = 'running' AND j.id = l.id
     RETURNING j.id
 ),
 durability AS (
@@ -474,8 +473,8 @@ durability AS (
 )
 SELECT i.id
 FROM input AS i
-WHERE NOT EXISTS (SELECT 1 FROM renewed AS r WHERE r.id = i.id)
-  AND (SELECT count(*) FROM durability) >= 0;
+WHERE NOT EXISTS (SELECT 1 FROM held AS h WHERE h.id = i.id)
+  AND (SELECT count(*) FROM renewed) + (SELECT count(*) FROM durability) >= 0;
 
 
 -- name: leases_reap
