@@ -203,3 +203,18 @@ def test_heartbeats_and_settlements_never_deadlock(
         race_renewals_with_settlements(heart, completer)
     assert "DeadlockDetected" not in caplog.text
     assert len(completer.jobs_list(JobsListParams(status="completed", limit=2000))) == 1200
+
+
+def test_a_limit_configured_between_claims_applies_at_once(
+    open_backend: Callable[..., PostgresBackend],
+) -> None:
+    claimer, admin = open_backend(), open_backend()
+    insert(admin, *[new() for _ in range(6)])
+    first = claimer.jobs_claim(JobsClaimParams("w", ["q"], 2))  # no limit: one statement
+    admin.queues_configure(QueueConfig("q", max_concurrency=2))
+    assert claimer.jobs_claim(JobsClaimParams("w", ["q"], 5)) == []
+    claimer.jobs_ack(JobsAckParams([Outcome(j.id, j.token, "completed") for j in first]))
+    assert len(claimer.jobs_claim(JobsClaimParams("w", ["q"], 5))) == 2
+    admin.queues_configure(QueueConfig("q"))  # the limit lifted: no lock needed any more
+    assert len(claimer.jobs_claim(JobsClaimParams("w", ["q"], 5))) == 2
+    assert claimer._limited == set()

@@ -130,6 +130,7 @@ def test_the_claim_reads_the_claim_index(backend: PostgresBackend, sql: Sql) -> 
         "limit": 5,
         "worker_id": "w",
         "async_commit": True,
+        "locked": False,
     }
     text = plan(sql, Q.jobs_claim, params)
     assert "Index Scan using jobs_pending_claim" in text

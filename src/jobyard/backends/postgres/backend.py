@@ -128,6 +128,8 @@ class PostgresBackend:
         self._settings: Settings = parse_url(url)
         self._pool: ConnectionPool[Conn] = open_pool(self._settings, f"jobyard {self.url}")
         self._listener = Listener(self._settings)
+        self._limited: set[tuple[str, ...]] = set()  # queue sets claimed behind their lock
+        self._limited_lock = threading.Lock()
         self._lent: set[int] = set()  # id() of the connections connection_acquire lent
         self._lent_lock = threading.Lock()
         self._close_lock = threading.Lock()
@@ -198,6 +200,13 @@ class PostgresBackend:
         with conn.pipeline():
             cursors = [conn.execute(query, params, prepare=True) for query, params in steps]
         return cursors[-1].fetchall()
+
+    @staticmethod
+    def _locked_counted(conn: Conn, steps: Sequence[_caller.Step]) -> tuple[int, list[Row]]:
+        """:meth:`_locked`, also telling how many rows the first (lock) statement returned."""
+        with conn.pipeline():
+            cursors = [conn.execute(query, params, prepare=True) for query, params in steps]
+        return len(cursors[0].fetchall()), cursors[-1].fetchall()
 
     def _caller_search_path(self, conn: Any) -> str | None:
         # Connections the pool made (lent by connection_acquire) have the schema already.
@@ -367,16 +376,30 @@ class PostgresBackend:
         queues = list(dict.fromkeys(params.queues))
         if params.limit <= 0 or not queues:
             return []
+        key = tuple(queues)
         args = {
             "now": self.clock.now(),
             "queues": queues,
             "limit": params.limit,
             "worker_id": params.worker_id,
             "async_commit": self._settings.async_commit,
+            "locked": False,
         }
-        steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues}), (Q.jobs_claim, args)]
-        rows = self._run(lambda c: self._locked(c, steps))
-        return [ClaimedJob(str(r[0]), *r[1:]) for r in rows]
+        rows: list[Row] = []
+        if key not in self._limited:
+            # One statement; it claims nothing, and says so, if a queue has a max_concurrency.
+            rows = self._run(lambda c: self._fetch(c, Q.jobs_claim, args))
+        if key in self._limited or (rows and rows[0][0] is None):
+            locked = {**args, "locked": True}
+            steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues})]
+            steps.append((Q.jobs_claim, locked))
+            taken, rows = self._run(lambda c: self._locked_counted(c, steps))
+            with self._limited_lock:  # remember which queue sets need the lock, and which not
+                if taken:
+                    self._limited.add(key)
+                else:
+                    self._limited.discard(key)
+        return [ClaimedJob(str(r[0]), *r[1:12]) for r in rows if r[0] is not None]
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes in one statement; return the ids whose token no longer matched.

@@ -297,7 +297,8 @@ SELECT (SELECT count(*) FROM completed) + (SELECT count(*) FROM failed)
 -- Serialise the claimers of queues that have a max_concurrency, across every host, so the
 -- running count jobs_claim makes next is current (see jobs_insert_lock for why the count is a
 -- separate statement in the same implicit transaction). Unlimited queues take no lock and
--- their claimers never wait for one another: SKIP LOCKED alone keeps them apart.
+-- their claimers never wait for one another: SKIP LOCKED alone keeps them apart; they do not
+-- even send this statement (see `go` in jobs_claim). One row per lock taken.
 SELECT pg_advisory_xact_lock(hashtextextended('jobyard:claim:' || current_schema() || ':' || name, 0))
 FROM (
     SELECT name FROM queues
@@ -311,8 +312,19 @@ FROM (
 -- index in claim order takes at most that queue's room (limit, or what its max_concurrency
 -- leaves), skipping rows another claimer has locked; the union is cut to limit in the global
 -- order. A row locked here but cut by the outer LIMIT stays pending and is unlocked at commit.
+-- Returns the claimed jobs in claim order, or a single row of NULLs when it claimed nothing
+-- because it needs jobs_claim_lock first (see `go`).
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+-- Unless jobs_claim_lock ran first (%(locked)s), a claim touching a queue with a
+-- max_concurrency claims nothing and answers with the NULL row: the backend sends it again
+-- behind the lock (and sends the lock first for those queues from then on).
+go AS (
+    SELECT %(locked)s::bool OR NOT EXISTS (
+        SELECT 1 FROM queues
+        WHERE name = ANY(%(queues)s::text[]) AND max_concurrency IS NOT NULL
+    ) AS ok
 ),
 room AS (
     SELECT w.queue,
@@ -324,7 +336,7 @@ room AS (
            END AS n
     FROM unnest(%(queues)s::text[]) AS w (queue)
     LEFT JOIN queues AS q ON q.name = w.queue
-    WHERE q.paused IS NOT TRUE
+    WHERE q.paused IS NOT TRUE AND (SELECT ok FROM go)
 ),
 picked AS (
     SELECT p.id, p.priority, p.run_at
@@ -357,9 +369,12 @@ durability AS (
            END, true) AS mode
 )
 SELECT id, name, queue, payload, attempts, max_attempts, backoff, timeout, lease, token,
-       delivery, parent_id
+       delivery, parent_id, priority, run_at
 FROM claimed
 WHERE (SELECT count(*) FROM durability) >= 0
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT (SELECT ok FROM go)
 ORDER BY priority DESC, run_at, id;
 
 
