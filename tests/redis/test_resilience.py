@@ -136,3 +136,19 @@ def test_a_worker_survives_client_kill_and_a_restart(server: support.Server) -> 
             assert echo.enqueue(3).result(timeout=30) == 3
     finally:
         app.close()
+
+
+def test_a_cluster_url_may_name_several_nodes_and_any_live_one_will_do() -> None:
+    url = support.cluster_url()
+    ports = support.server_ports(url)
+    dead = support.free_port()  # nothing listens there
+    _, _, query = url.partition("?")
+    several = f"redis+cluster://127.0.0.1:{dead},127.0.0.1:{ports[1]}?{query}"
+    app = jobyard.App(several)
+    try:
+        handle = app.enqueue("task", 1)
+        assert app.get(handle.id).status == "pending"
+    finally:
+        app.close()
+    with pytest.raises(jobyard.ConfigurationError, match="redis\\+cluster"):
+        jobyard.App("redis://127.0.0.1:1,127.0.0.1:2/0").enqueue("task")

@@ -4,7 +4,7 @@ SQLite user needs neither psycopg nor redis-py installed."""
 from __future__ import annotations
 
 import importlib
-from urllib.parse import urlsplit, urlunsplit
+import re
 
 from ..clock import Clock
 from ..errors import ConfigurationError
@@ -22,19 +22,17 @@ SCHEMES: dict[str, tuple[str, str, str | None]] = {
 }
 
 
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^@/?#]*)@")
+
+
 def mask_url(url: str) -> str:
     """The URL with its password replaced by ``***``, safe to print or log."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    userinfo = f"{parts.username or ''}:***"
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+
+    def mask(m: re.Match[str]) -> str:
+        user, sep, _ = m.group(2).partition(":")
+        return f"{m.group(1)}{user}:***@" if sep else m.group(0)
+
+    return _USERINFO.sub(mask, url)
 
 
 def open_backend(url: str, clock: Clock) -> Backend:

@@ -71,6 +71,8 @@ class Settings:
 
     client_url: str  # for redis-py: scheme redis/rediss, jobyard's options removed
     cluster: bool
+    # Cluster URLs may name several nodes (host1:7000,host2:7001): any one that answers will do.
+    startup_nodes: tuple[tuple[str, int], ...]
     prefix: str
     result_ttl: float
     failed_ttl: float
@@ -88,6 +90,18 @@ def _seconds(name: str, raw: str) -> float:
     return value
 
 
+def _nodes(hosts: str) -> tuple[tuple[str, int], ...]:
+    nodes = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":") if ":" in item else (item, "", "6379")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            nodes.append((host, int(port or 6379)))
+        except ValueError:
+            raise ConfigurationError(f"bad port in Redis host {item!r}") from None
+    return tuple(nodes)
+
+
 def parse_url(url: str) -> Settings:
     """Read a store URL; ``prefix``, ``result_ttl``, ``failed_ttl`` and ``retry_for`` are ours."""
     parts = urlsplit(url)
@@ -103,10 +117,18 @@ def parse_url(url: str) -> Settings:
         else:
             theirs.append((name, value))
     client_scheme = "rediss" if scheme.startswith("rediss") else "redis"
-    client_url = urlunsplit(parts._replace(scheme=client_scheme, query=urlencode(theirs)))
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    nodes = _nodes(hosts)
+    if len(nodes) > 1 and not cluster:
+        raise ConfigurationError("several hosts in one URL need redis+cluster://")
+    first = f"{userinfo}@{hosts.split(',')[0]}" if userinfo else hosts.split(",")[0]
+    client_url = urlunsplit(
+        parts._replace(scheme=client_scheme, netloc=first, query=urlencode(theirs))
+    )
     return Settings(
         client_url=client_url,
         cluster=cluster,
+        startup_nodes=nodes,
         prefix=ours.get("prefix", DEFAULT_PREFIX),
         result_ttl=_seconds("result_ttl", ours.get("result_ttl", str(DEFAULT_RESULT_TTL))),
         failed_ttl=_seconds("failed_ttl", ours.get("failed_ttl", str(DEFAULT_FAILED_TTL))),
@@ -133,6 +155,18 @@ def make_client(settings: Settings, decode: bool = True) -> Any:
     }
     if settings.cluster:
         options.pop("health_check_interval")
+        if len(settings.startup_nodes) > 1:
+            parts = urlsplit(settings.client_url)
+            return redis.cluster.RedisCluster(
+                startup_nodes=[
+                    redis.cluster.ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                    for h, p in settings.startup_nodes
+                ],
+                username=parts.username,
+                password=parts.password,
+                ssl=parts.scheme == "rediss",
+                **options,
+            )
         return redis.cluster.RedisCluster.from_url(settings.client_url, **options)
     return redis.Redis.from_url(settings.client_url, **options)
 
