@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("jobyard.worker")
+EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
 
 
 @dataclass(slots=True)
@@ -394,6 +395,12 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
     children.extend(spawn() for _ in range(processes))
     while True:
         for i, p in enumerate(children):
+            if not p.is_alive() and p.exitcode == EXIT_BAD_INPUT and not stopping.is_set():
+                log.error("worker process %s cannot start; stopping the others", p.pid)
+                forward(signal.SIGTERM, None)
+                for q in children:
+                    q.join(60)
+                return EXIT_BAD_INPUT
             if not p.is_alive() and not stopping.is_set():
                 log.warning(
                     "worker process %s exited with %s; starting a replacement", p.pid, p.exitcode
@@ -406,7 +413,27 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
 
 def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
     from ..app import load_app
+    from ..backends import mask_url
+    from ..errors import JobyardError
 
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = load_app(app_ref)
+    try:
+        app = load_app(app_ref)
+    except JobyardError as exc:
+        log.error("%s", exc)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    delay = 0.2
+    while True:  # a replacement started while the store is down waits for it, quietly
+        try:
+            _ = app.backend
+            break
+        except JobyardError as exc:  # a bad URL or a schema behind: waiting will not mend it
+            log.error("%s", exc)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+        except Exception as exc:  # noqa: BLE001 - any driver error while the store is down
+            log.warning(
+                "store %s unreachable (%s); retrying in %.1fs", mask_url(app.url), exc, delay
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
     app.run_worker(**options)
