@@ -86,7 +86,7 @@ def plan(sql: Sql, query: str, params: dict[str, Any]) -> str:
 
 def _numbered(query: str, params: dict[str, Any]) -> str:
     for n, name in enumerate(params, 1):
-        query = query.replace(f"%({name})s", f"${n}")
+        query = query.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
     return query
 
 

@@ -275,7 +275,7 @@ class PostgresBackend:
             # nothing, and the batch goes again behind that queue's lock.
             (insert,) = self._insert_steps(params.jobs, locked=False)
             rows = self._run(lambda c: self._fetch(c, insert[0], dict(insert[1] or {})))
-            if rows and not rows[0][3]:
+            if rows and rows[-1][3] is False:
                 steps = self._insert_steps(params.jobs)
                 rows = self._run(lambda c: self._locked(c, steps))
         except psycopg.Error as exc:
