@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
+from psycopg import sql as pgsql
+
 import jobyard
 from jobyard.backends.base import (
     JobsAckParams,
@@ -20,6 +23,7 @@ from jobyard.backends.postgres.backend import PostgresBackend
 from tests.postgres.conftest import insert, new
 
 Sql = Callable[..., list[tuple[Any, ...]]]
+Connect = Callable[..., psycopg.Connection[Any]]
 
 
 def partition_of(sql: Sql, job_id: str) -> str:
@@ -74,40 +78,27 @@ def test_retry_and_release_keep_the_key(backend: PostgresBackend, sql: Sql) -> N
         assert keys(sql) == {("q", "k"): job_id}
 
 
-def plan(sql: Sql, query: str, params: dict[str, Any]) -> str:
-    sql("SET plan_cache_mode = force_generic_plan")
-    sql("PREPARE probe AS " + _numbered(query, params))
-    try:
-        args = ", ".join("NULL" if v is None else _literal(v) for v in params.values())
-        return "\n".join(r[0] for r in sql(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE probe ({args})"))
-    finally:
-        sql("DEALLOCATE probe")
-
-
-def _numbered(query: str, params: dict[str, Any]) -> str:
-    for n, name in enumerate(params, 1):
+def plan(connect: Connect, query: str, params: dict[str, Any]) -> str:
+    """EXPLAIN ANALYZE of ``query`` run as a generic prepared plan, as the pool runs it."""
+    conn = connect(autocommit=True)
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    for n, name in enumerate(params, 1):  # psycopg placeholders to PREPARE's numbered ones
         query = query.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
-    return query
-
-
-def _literal(value: Any) -> str:
-    if isinstance(value, list):
-        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]::text[]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return repr(value)
+    conn.execute(pgsql.SQL("PREPARE probe AS {}").format(pgsql.SQL(query)))
+    placeholders = pgsql.SQL(", ").join(pgsql.Placeholder() for _ in params)
+    explain = pgsql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE probe ({})").format(placeholders)
+    rows = psycopg.ClientCursor(conn).execute(explain, list(params.values())).fetchall()
+    return "\n".join(r[0] for r in rows)
 
 
 def test_purge_reads_only_the_finished_partitions_it_names(
-    backend: PostgresBackend, sql: Sql
+    backend: PostgresBackend, connect: Connect
 ) -> None:
     insert(backend, new(), new())
     (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
     backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed", result="1")]))
     params = {"statuses": ["completed"], "now": None, "older_than": 0.0, "queue": None}
-    text = plan(sql, Q.jobs_purge, params)
+    text = plan(connect, Q.jobs_purge, params)
     assert "jobs_pending" not in text and "jobs_running" not in text  # the hot path: untouched
     for other in ("jobs_failed", "jobs_cancelled"):
         scan = next(line for line in text.splitlines() if f"Scan on {other}" in line)
@@ -115,13 +106,15 @@ def test_purge_reads_only_the_finished_partitions_it_names(
     assert backend.jobs_purge(JobsPurgeParams(("completed",))) == 1
 
 
-def test_listing_one_status_reads_one_partition(backend: PostgresBackend, sql: Sql) -> None:
+def test_listing_one_status_reads_one_partition(backend: PostgresBackend, connect: Connect) -> None:
     insert(backend, new())
     params = {"status": "pending", "queue": None, "name": None, "limit": 5, "offset": 0}
-    assert "Subplans Removed: 4" in plan(sql, Q.jobs_list_status, params)
+    assert "Subplans Removed: 4" in plan(connect, Q.jobs_list_status, params)
 
 
-def test_the_claim_reads_the_claim_index(backend: PostgresBackend, sql: Sql) -> None:
+def test_the_claim_reads_the_claim_index(
+    backend: PostgresBackend, sql: Sql, connect: Connect
+) -> None:
     insert(backend, *[new() for _ in range(50)])
     sql("ANALYZE")
     params = {
@@ -132,7 +125,7 @@ def test_the_claim_reads_the_claim_index(backend: PostgresBackend, sql: Sql) -> 
         "async_commit": True,
         "locked": False,
     }
-    text = plan(sql, Q.jobs_claim, params)
+    text = plan(connect, Q.jobs_claim, params)
     assert "Index Scan using jobs_pending_claim" in text
     assert "jobs_completed" not in text
 
