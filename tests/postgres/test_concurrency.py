@@ -218,3 +218,18 @@ def test_a_limit_configured_between_claims_applies_at_once(
     admin.queues_configure(QueueConfig("q"))  # the limit lifted: no lock needed any more
     assert len(claimer.jobs_claim(JobsClaimParams("w", ["q"], 5))) == 2
     assert claimer._limited == set()
+
+
+def test_a_queue_with_max_pending_is_learned_and_unlearned(backend: PostgresBackend) -> None:
+    import jobyard
+
+    backend.queues_configure(QueueConfig("q", max_pending=2))
+    insert(backend, new())  # learns that "q" needs the lock
+    assert ("insert", "q") in backend._limited
+    insert(backend, new())  # straight behind the lock: one round trip
+    with pytest.raises(jobyard.QueueFull):
+        insert(backend, new())
+    backend.queues_configure(QueueConfig("q"))
+    insert(backend, new())  # the lock statement found no limit: back to one statement
+    assert ("insert", "q") not in backend._limited
+    assert len(insert(backend, new(), new())) == 2

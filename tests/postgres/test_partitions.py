@@ -14,6 +14,7 @@ import jobyard
 from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
+    JobsInsertParams,
     JobsPurgeParams,
     LeasesReapParams,
     Outcome,
@@ -141,3 +142,15 @@ def test_an_outcome_with_unstorable_text_is_stored_escaped(backend: PostgresBack
     failed, done = backend.jobs_get(a.id), backend.jobs_get(b.id)
     assert failed is not None and failed.error == "boom\\x00 in C, \\udc80 from a filename"
     assert done is not None and done.result == '"nul\\x00"'
+
+
+def test_keys_that_utf8_cannot_hold_are_kept_exactly(backend: PostgresBackend) -> None:
+    odd = ["\ud800", "a\udfff b", "\ufdd0starts with the mark", "plain", "é"]
+    ids = insert(backend, *[new(idempotency_key=k, parent_id=k) for k in odd])
+    again = backend.jobs_insert(JobsInsertParams([new(idempotency_key=k) for k in odd]))
+    assert [i.id for i in again] == ids and not any(i.created for i in again)
+    for job_id, key in zip(ids, odd, strict=True):
+        rec = backend.jobs_get(job_id)
+        assert rec is not None and (rec.idempotency_key, rec.parent_id) == (key, key)
+    claimed = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
+    assert sorted(c.parent_id or "" for c in claimed) == sorted(odd)

@@ -110,8 +110,57 @@ def storable(value: str | None) -> str | None:
     return escaped.replace("\x00", "\\x00")
 
 
+# A user's key (or parent id) is stored exactly as given, but PostgreSQL text is UTF-8 and a
+# Python string may hold a lone surrogate. Such a string (and, to keep the mapping one-to-one,
+# one that starts with the mark) is stored as the mark followed by its ASCII-escaped JSON form.
+_EXACT_MARK = "\ufdd0"  # a noncharacter: no real key starts with it
+
+
+def exact_in(value: str | None) -> str | None:
+    """``value`` in the form stored (see :data:`_EXACT_MARK`); equal values, equal forms."""
+    if value is None or value.isascii():
+        return value
+    if not value.startswith(_EXACT_MARK):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            pass
+    return _EXACT_MARK + json.dumps(value)
+
+
+def exact_out(value: str | None) -> str | None:
+    """The inverse of :func:`exact_in`."""
+    if value is None or not value.startswith(_EXACT_MARK):
+        return value
+    decoded: str = json.loads(value[len(_EXACT_MARK) :])
+    return decoded
+
+
 def _record(row: Row) -> JobRecord:
-    return JobRecord(str(row[0]), *row[1:])
+    rec = JobRecord(str(row[0]), *row[1:])
+    if rec.idempotency_key is None and rec.parent_id is None:
+        return rec
+    return dataclasses.replace(
+        rec, idempotency_key=exact_out(rec.idempotency_key), parent_id=exact_out(rec.parent_id)
+    )
+
+
+def _claimed(r: Row) -> ClaimedJob:
+    return ClaimedJob(
+        id=str(r[0]),
+        name=r[1],
+        queue=r[2],
+        payload=r[3],
+        attempts=r[4],
+        max_attempts=r[5],
+        backoff=r[6],
+        timeout=r[7],
+        lease=r[8],
+        token=r[9],
+        delivery=r[10],
+        parent_id=exact_out(r[11]),
+    )
 
 
 class PostgresBackend:
@@ -128,7 +177,8 @@ class PostgresBackend:
         self._settings: Settings = parse_url(url)
         self._pool: ConnectionPool[Conn] = open_pool(self._settings, f"jobyard {self.url}")
         self._listener = Listener(self._settings)
-        self._limited: set[tuple[str, ...]] = set()  # queue sets claimed behind their lock
+        # ("claim" | "insert", *queues) of the statements that go behind their lock statement
+        self._limited: set[tuple[str, ...]] = set()
         self._limited_lock = threading.Lock()
         self._lent: set[int] = set()  # id() of the connections connection_acquire lent
         self._lent_lock = threading.Lock()
@@ -201,6 +251,15 @@ class PostgresBackend:
             cursors = [conn.execute(query, params, prepare=True) for query, params in steps]
         return cursors[-1].fetchall()
 
+    def _remember(self, key: tuple[str, ...], *, limited: bool) -> None:
+        """Note whether statements for this set of queues need their lock statement first
+        (queues with a limit), learned from the statements themselves."""
+        with self._limited_lock:
+            if limited:
+                self._limited.add(key)
+            else:
+                self._limited.discard(key)
+
     @staticmethod
     def _locked_counted(conn: Conn, steps: Sequence[_caller.Step]) -> tuple[int, list[Row]]:
         """:meth:`_locked`, also telling how many rows the first (lock) statement returned."""
@@ -246,8 +305,8 @@ class PostgresBackend:
             "timeouts": [None if j.timeout is None else float(j.timeout) for j in jobs],
             "leases": [float(j.lease) for j in jobs],
             "deliveries": [j.delivery for j in jobs],
-            "keys": [j.idempotency_key for j in jobs],
-            "parents": [j.parent_id for j in jobs],
+            "keys": [exact_in(j.idempotency_key) for j in jobs],
+            "parents": [exact_in(j.parent_id) for j in jobs],
         }
         if not locked:
             return [(Q.jobs_insert, args)]
@@ -266,18 +325,23 @@ class PostgresBackend:
         if not params.jobs:
             return []
         conn = params.connection
+        rows: list[Row] = []
         if conn is not None:
             steps = self._insert_steps(params.jobs)
             rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
             return self._inserted(rows)
+        key = ("insert", *sorted({j.queue for j in params.jobs}))
         try:
-            # One statement, unless a queue of the batch has a max_pending: then it wrote
-            # nothing, and the batch goes again behind that queue's lock.
-            (insert,) = self._insert_steps(params.jobs, locked=False)
-            rows = self._run(lambda c: self._fetch(c, insert[0], dict(insert[1] or {})))
-            if rows and rows[-1][3] is False:
+            if key not in self._limited:
+                # One statement, unless a queue of the batch has a max_pending: then it wrote
+                # nothing, and the batch goes again behind that queue's lock (and these queues
+                # go behind it at once from then on).
+                (insert,) = self._insert_steps(params.jobs, locked=False)
+                rows = self._run(lambda c: self._fetch(c, insert[0], dict(insert[1] or {})))
+            if key in self._limited or (rows and rows[-1][3] is False):
                 steps = self._insert_steps(params.jobs)
-                rows = self._run(lambda c: self._locked(c, steps))
+                taken, rows = self._run(lambda c: self._locked_counted(c, steps))
+                self._remember(key, limited=taken > 0)
         except psycopg.Error as exc:
             full = _caller.queue_full(exc)
             if full is not None:
@@ -376,7 +440,7 @@ class PostgresBackend:
         queues = list(dict.fromkeys(params.queues))
         if params.limit <= 0 or not queues:
             return []
-        key = tuple(queues)
+        key = ("claim", *queues)
         args = {
             "now": self.clock.now(),
             "queues": queues,
@@ -394,12 +458,8 @@ class PostgresBackend:
             steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues})]
             steps.append((Q.jobs_claim, locked))
             taken, rows = self._run(lambda c: self._locked_counted(c, steps))
-            with self._limited_lock:  # remember which queue sets need the lock, and which not
-                if taken:
-                    self._limited.add(key)
-                else:
-                    self._limited.discard(key)
-        return [ClaimedJob(str(r[0]), *r[1:12]) for r in rows if r[0] is not None]
+            self._remember(key, limited=taken > 0)
+        return [_claimed(r) for r in rows if r[0] is not None]
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes in one statement; return the ids whose token no longer matched.
