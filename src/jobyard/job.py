@@ -194,12 +194,10 @@ class JobOptions:
         if self.delay < 0:
             raise ConfigurationError("delay must not be negative")
         key = self.idempotency_key
-        if key is not None and (
-            not isinstance(key, str) or not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or "\x00" in key
-        ):
+        if key is not None and not _valid_key(key):
             raise ConfigurationError(
                 f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters "
-                "without NUL"
+                "without NUL or lone surrogates"
             )
 
     def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
@@ -219,6 +217,17 @@ class JobOptions:
             idempotency_key=self.idempotency_key,
             parent_id=self.parent_id,
         )
+
+
+def _valid_key(key: object) -> bool:
+    """1-200 characters every store can hold: UTF-8 encodable, no NUL (PostgreSQL text)."""
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or "\x00" in key:
+        return False
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _dumps(value: Any) -> str:
