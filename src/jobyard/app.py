@@ -70,7 +70,11 @@ class App:
             with self._lock:
                 if self._backend is None:
                     backend = open_backend(self.url, self.clock)
-                    backend.schema_check()
+                    try:
+                        backend.schema_check()
+                    except BaseException:
+                        backend.close()  # its pool would linger, retrying in the background
+                        raise
                     self._backend = backend
         return self._backend
 
