@@ -126,7 +126,7 @@ def _app(ref: str) -> App:
     "--prefetch",
     type=click.IntRange(min=0),
     default=None,
-    help="Jobs claimed ahead of free slots [default: concurrency].",
+    help="Jobs claimed ahead of free slots, for many short jobs [default: 0].",
 )
 @click.option(
     "--poll-interval",

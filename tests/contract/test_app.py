@@ -413,3 +413,23 @@ def test_names_are_validated(make_app: Callable[..., jobyard.App]) -> None:
         app.job(name="fine", queue="bad name}")(lambda: None)
     with pytest.raises(jobyard.ConfigurationError, match="invalid queue name"):
         app.configure_queue("x" * 101)
+
+
+@pytest.mark.parametrize(("prefetch", "held"), [(0, 1), (2, 3)])
+def test_prefetch_claims_ahead_of_free_slots(
+    make_app: Callable[..., jobyard.App], prefetch: int, held: int
+) -> None:
+    app = make_app()
+    release = threading.Event()
+
+    @app.job
+    def block() -> None:
+        release.wait(10)
+
+    handles = block.enqueue_many([((), {}) for _ in range(5)])
+    with running_worker(app, concurrency=1, prefetch=prefetch):
+        wait_until(lambda: app.stats()[0].counts["running"] == held, what=f"{held} jobs held")
+        assert app.stats()[0].counts["pending"] == 5 - held
+        release.set()
+        for h in handles:
+            h.result(timeout=20)
