@@ -181,8 +181,8 @@ def run_peer(peer: Peer, store: str, args: argparse.Namespace, row: Row) -> None
         run_child(argv, args.peer_timeout, row)
 
 
-def run_jobyard(backend: str, args: argparse.Namespace, row: Row) -> None:
-    log(f"jobyard on {backend}")
+def run_jobyard(backend: str, args: argparse.Namespace, row: Row, prefetch: int = 0) -> None:
+    log(f"jobyard on {backend}" + (f", --prefetch {prefetch}" if prefetch else ""))
     argv = [
         sys.executable,
         str(BENCH_DIR / "throughput.py"),
@@ -195,6 +195,8 @@ def run_jobyard(backend: str, args: argparse.Namespace, row: Row) -> None:
         "--latency-samples",
         str(args.latency_samples),
     ]
+    if prefetch:
+        argv += ["--prefetch", str(prefetch)]
     run_child(argv, args.peer_timeout, row)
 
 
@@ -278,21 +280,32 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     p.add_argument(
         "--no-cluster", action="store_true", help="redis: no jobyard row on a Redis Cluster"
     )
+    p.add_argument(
+        "--jobyard-prefetch",
+        type=int,
+        default=0,
+        help="also a jobyard row whose worker runs with --prefetch N (claims ahead of free slots)",
+    )
     args = p.parse_args(argv)
     with_jobyard = with_jobyard or args.with_jobyard
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
     peers = selected_peers(args)
-    backends = [args.store] if with_jobyard else []
-    if with_jobyard and args.store == "redis" and not args.no_cluster:
-        backends.append("redis_cluster")
-    jobyard = [Row(f"jobyard ({b})") for b in backends]
+    # (backend, prefetch) of each jobyard row: the defaults, then --prefetch, then the Cluster
+    variants: list[tuple[str, int]] = []
+    if with_jobyard:
+        variants.append((args.store, 0))
+        if args.jobyard_prefetch:
+            variants.append((args.store, args.jobyard_prefetch))
+        if args.store == "redis" and not args.no_cluster:
+            variants.append(("redis_cluster", 0))
+    jobyard = [Row(f"jobyard ({b}" + (f", prefetch {p})" if p else ")")) for b, p in variants]
     rows = [Row(p.label) for p in peers]
     for n in range(args.rounds):
         if args.rounds > 1:
             log(f"round {n + 1} of {args.rounds}")
-        for backend, row in zip(backends, jobyard, strict=True):
-            run_jobyard(backend, args, row)
+        for (backend, prefetch), row in zip(variants, jobyard, strict=True):
+            run_jobyard(backend, args, row, prefetch)
         for peer, row in zip(peers, rows, strict=True):
             run_peer(peer, args.store, args, row)
     rows = jobyard + rows

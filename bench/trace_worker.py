@@ -92,18 +92,6 @@ def run(args: argparse.Namespace, url: str) -> None:
         return ok
 
     event.wait = slot_wait  # type: ignore[method-assign]
-    if args.fill_prefetch:
-        # The experiment behind the report's proposed fix: a claim fills every free slot AND
-        # the prefetch (concurrency + prefetch - jobs held), not only the free handler slots.
-        w = worker
-
-        def room() -> int:
-            with w._lock:
-                if w._stopped:
-                    return 0
-                return w.concurrency + w.prefetch - max(w._busy, w._unsettled())
-
-        worker.producer.room = room
     t_start = time.perf_counter()
     worker.start()
     first = None
@@ -193,11 +181,6 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=None)
     parser.add_argument("--shared-redis", action="store_true")
     parser.add_argument("--latency", type=int, default=0, help="then N idle latency samples")
-    parser.add_argument(
-        "--fill-prefetch",
-        action="store_true",
-        help="experiment: claim concurrency + prefetch - held jobs (see the report)",
-    )
     args = parser.parse_args()
     with store(args.backend, args.shared_redis) as url:
         run(args, url)
