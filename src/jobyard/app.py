@@ -165,7 +165,7 @@ class App:
 
     # producer side -----------------------------------------------------------------------------
 
-    def enqueue(self, name: str, *args: Any, **kwargs: Any) -> JobHandle:
+    def enqueue(self, name: str, /, *args: Any, **kwargs: Any) -> JobHandle:
         """Enqueue a job by name; the handler need not be registered in this process."""
         return self.by_name(name).enqueue(*args, **kwargs)
 
@@ -262,21 +262,25 @@ class App:
         self,
         cron: str,
         job: JobFunction[..., Any] | str,
-        /,
-        *args: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        *,
         name: str | None = None,
-        **kwargs: Any,
     ) -> Schedule:
         """Enqueue ``job(*args, **kwargs)`` at every tick of the cron expression ``cron``
-        (UTC; 5 fields, or 6 with seconds first). Workers fire each tick exactly once."""
+        (UTC; 5 fields, or 6 with seconds first). Workers fire each tick exactly once. The
+        job's arguments travel as ``args`` and ``kwargs`` so none can collide with ``name``
+        (the schedule's name, by default the job's); options go through ``job.options()``."""
         from .cron import check_cron
 
         check_cron(cron)
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise TypeError(f"args must be a list or tuple of the job's arguments, not {args!r}")
         fn = self.by_name(job) if isinstance(job, str) else job
         sched_name = check_name("schedule", name or fn.name)
         if sched_name in self.schedules:
             raise ConfigurationError(f"a schedule named {sched_name!r} exists already")
-        sched = Schedule(sched_name, cron, fn.opts.new_job(args, kwargs))
+        sched = Schedule(sched_name, cron, fn.opts.new_job(args, kwargs or {}))
         self.schedules[sched_name] = sched
         return sched
 

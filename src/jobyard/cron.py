@@ -6,7 +6,8 @@ and inserts the job together, only if ``next_run_at`` still equals the tick, so 
 exactly one fires it, and a crash between the two halves cannot happen.
 
 Expressions are evaluated in UTC. A schedule whose ticks were missed while no worker ran fires
-once for the latest missed tick when a worker returns, not once per missed tick.
+once when a worker returns, not once per missed tick: that job carries the first missed tick as
+its ``run_at``, and the schedule moves on to the first tick after now.
 """
 
 from __future__ import annotations

@@ -49,7 +49,10 @@ def drain(app: App, queues: Sequence[str] | None = None, *, max_jobs: int = 100_
             outcome = asyncio.run(executor.run_async(ctx, resolved))
         else:
             outcome = executor.run_sync(ctx, resolved)
-        backend.jobs_ack(JobsAckParams([outcome]))
+        conn = ctx._connection
+        left = outcome if conn is None else executor.settle_transaction(backend, job, outcome, conn)
+        if left is not None:
+            backend.jobs_ack(JobsAckParams([left]))
         ran += 1
     return ran
 

@@ -433,3 +433,70 @@ def test_prefetch_claims_ahead_of_free_slots(
         release.set()
         for h in handles:
             h.result(timeout=20)
+
+
+def test_handlers_that_raise_exit_or_cancel_fail_their_job_and_the_worker_goes_on(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+
+    @app.job(max_attempts=1)
+    def exits() -> None:
+        raise SystemExit(3)
+
+    @app.job(max_attempts=1)
+    def interrupts() -> None:
+        raise KeyboardInterrupt
+
+    @app.job(max_attempts=1)
+    async def cancels() -> None:
+        raise asyncio.CancelledError
+
+    @app.job(max_attempts=1)
+    async def exits_async() -> None:
+        raise SystemExit(4)
+
+    @app.job(max_attempts=1)
+    async def own_timeout() -> None:
+        raise TimeoutError("socket read timed out")
+
+    @app.job
+    async def fine() -> str:
+        return "ok"
+
+    bad = [f.enqueue() for f in (exits, interrupts, cancels, exits_async, own_timeout)]
+    with running_worker(app, concurrency=2):
+        for h in bad:
+            with pytest.raises(jobyard.JobFailed):
+                h.result(timeout=10)
+        assert fine.enqueue().result(timeout=10) == "ok"  # no thread or loop was lost
+    errors = [app.get(h.id).error or "" for h in bad]
+    assert "SystemExit: 3" in errors[0] and "KeyboardInterrupt" in errors[1]
+    assert "CancelledError" in errors[2] and "SystemExit: 4" in errors[3]
+    assert "socket read timed out" in errors[4] and "timed out after" not in errors[4]
+    assert all(app.get(h.id).attempts == 1 for h in bad)
+
+
+def test_an_interrupted_at_most_once_job_is_failed_not_released(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+    started = threading.Event()
+    release = threading.Event()
+
+    @app.job(delivery="at_most_once")
+    def charge_card() -> None:
+        started.set()
+        release.wait(10)
+
+    h = charge_card.enqueue()
+    worker = app.worker(concurrency=1, reap_interval=0.2, poll_interval=0.2)
+    worker.start()
+    try:
+        assert started.wait(10)
+        worker.stop(grace=0.1)
+    finally:
+        release.set()
+    job = app.get(h.id)
+    assert (job.status, job.attempts) == ("failed", 1)
+    assert "at_most_once" in (job.error or "")

@@ -31,7 +31,7 @@ def test_a_schedule_fires_once_per_tick(
     def report(kind: str) -> str:
         return kind
 
-    app.schedule("0 9 * * 1-5", report, "daily", name="daily-report")
+    app.schedule("0 9 * * 1-5", report, ["daily"], name="daily-report")
     app.sync_schedules()
     (sched,) = app.scheduled()
     assert sched.next_run_at == pytest.approx(START + 30)
@@ -184,3 +184,23 @@ def test_fuzzed_cron_expressions_are_valid_or_refused(expression: str) -> None:
         assert "invalid cron expression" in str(exc)
         return
     assert cron.next_tick(expression, START) > START
+
+
+def test_schedule_arguments_never_collide_with_its_name(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job
+    def greet(name: str) -> str:
+        return name
+
+    app.schedule("* * * * *", greet, kwargs={"name": "bob"}, name="greeter")
+    with pytest.raises(TypeError, match="args must be a list or tuple"):
+        app.schedule("* * * * *", greet, "bob", name="wrong")  # type: ignore[arg-type]
+    app.sync_schedules()
+    frozen.advance(31)
+    assert cron.tick(app.backend) == ["greeter"]
+    (job,) = testing.enqueued(app, "greet")
+    assert job.kwargs == {"name": "bob"}
+    assert app.enqueue("greet", name="ann").created  # a job argument called name

@@ -26,4 +26,4 @@ def report(month: str) -> dict[str, str]:
     return {"month": month}
 
 
-app.schedule("0 9 * * 1-5", report, "daily", name="daily-report")
+app.schedule("0 9 * * 1-5", report, ["daily"], name="daily-report")

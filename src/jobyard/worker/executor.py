@@ -5,6 +5,7 @@ transactional connection (PostgreSQL), which the worker settles."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import logging
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import Backend, ClaimedJob, Outcome
+from ..backends.base import Backend, ClaimedJob, JobsAckParams, Outcome
 from ..errors import ConfigurationError, Drop, Retry
 from ..job import JobFunction, encode_result
 from ..retry import Backoff
@@ -126,13 +127,13 @@ def timed_out(job: ClaimedJob) -> Outcome:
 
 
 def run_sync(ctx: JobContext, call: Call) -> Outcome:
-    """Call a synchronous handler on this thread (the worker watches its timeout)."""
+    """Call a synchronous handler on this thread (the worker watches its timeout). Whatever it
+    raises, SystemExit and KeyboardInterrupt included, is its job's outcome: a handler cannot
+    stop the worker or leave its job unsettled."""
     token = _current.set(ctx)
     try:
         value = call.func(*call.args, **call.kwargs)
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
+    except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
         return classify(ctx.job, exc)
     finally:
         _current.reset(token)
@@ -140,17 +141,65 @@ def run_sync(ctx: JobContext, call: Call) -> Outcome:
 
 
 async def run_async(ctx: JobContext, call: Call) -> Outcome:
-    """Await an async handler under its timeout; an overrun cancels it."""
+    """Await an async handler under its timeout; an overrun cancels it. A cancellation the
+    worker asked for (shutdown) propagates; any other exception is the job's outcome."""
     token = _current.set(ctx)
     try:
-        coro = call.func(*call.args, **call.kwargs)
-        value = await asyncio.wait_for(coro, ctx.job.timeout)
-    except TimeoutError:
-        return timed_out(ctx.job)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every failure of user code is an outcome
+        async with asyncio.timeout(ctx.job.timeout) as deadline:
+            value = await call.func(*call.args, **call.kwargs)
+    except TimeoutError as exc:
+        if deadline.expired():
+            return timed_out(ctx.job)
+        return classify(ctx.job, exc)  # the handler's own TimeoutError
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the worker cancelled it
+        return classify(ctx.job, exc)
+    except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
         return classify(ctx.job, exc)
     finally:
         _current.reset(token)
     return succeed(ctx.job, value)
+
+
+def settle_transaction(
+    backend: Backend, job: ClaimedJob, outcome: Outcome, conn: Any
+) -> Outcome | None:
+    """The handler wrote through its job's connection (PostgreSQL): commit those writes with the
+    completion, or roll them back with any other outcome or a lost lease. Runs on the handler's
+    own thread only, since a connection is never used by two threads. Returns None once the
+    outcome is recorded, else the outcome the caller must still acknowledge the ordinary way."""
+    release = getattr(backend, "connection_release", None)
+    try:
+        if outcome.kind == "completed":
+            stale = backend.jobs_ack(JobsAckParams([outcome], connection=conn))
+            if stale:
+                conn.rollback()
+                log.warning("job %s: lease lost; its transaction was rolled back", job.id)
+            else:
+                conn.commit()
+            return None
+        conn.rollback()
+        return outcome
+    except Exception as exc:  # noqa: BLE001 - the commit failed: its writes are not there
+        log.warning("job %s: transactional completion failed: %s", job.id, exc)
+        with contextlib.suppress(Exception):
+            conn.rollback()
+        return outcome if outcome.kind != "completed" else classify(job, exc)
+    finally:
+        if release is not None:
+            release(conn)
+
+
+def discard_transaction(backend: Backend, job: ClaimedJob, conn: Any) -> None:
+    """Roll back and return the connection of a handler whose outcome was settled without it
+    (it timed out, or was released at shutdown): its late writes never commit."""
+    release = getattr(backend, "connection_release", None)
+    try:
+        with contextlib.suppress(Exception):
+            conn.rollback()
+    finally:
+        if release is not None:
+            release(conn)
+    log.warning("job %s: late handler's transaction rolled back", job.id)

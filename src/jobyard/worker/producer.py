@@ -71,7 +71,10 @@ class Producer:
                 continue
             if jobs:
                 self.dispatch(jobs)
-                continue
+                if len(jobs) == free:
+                    continue  # there may be more: claim again at once
+                # Fewer than asked for: the queues are drained for now, so wait for a push
+                # signal instead of paying a round trip for an empty claim.
             if self._stop.is_set():
                 break
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -51,6 +52,7 @@ class _Running:
     deadline: float | None = None  # monotonic; set when the handler starts
     started: bool = False
     settled: bool = False  # an outcome was decided (or the job was released)
+    lost: bool = False  # the store said the lease is gone: stop renewing it
     future: Future[Any] | None = field(default=None, repr=False)
 
 
@@ -94,8 +96,8 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=concurrency,
-            started_at=time.time(),
-            last_seen=time.time(),
+            started_at=0.0,  # set from the store's clock at start()
+            last_seen=0.0,
         )
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
@@ -143,6 +145,9 @@ class Worker:
             t = threading.Thread(target=loop.run_forever, name="jobyard-asyncio", daemon=True)
             t.start()
             self._loop = loop
+        now = self.backend.clock_now()  # the store's clock, as every other time it keeps
+        self.info = dataclasses.replace(self.info, started_at=now, last_seen=now)
+        self.maintenance.info = self.info
         if self.app.schedules:
             self.app.sync_schedules()
         self.completer.start()
@@ -165,7 +170,8 @@ class Worker:
             return
         self._stopped = True
         grace = self.grace if grace is None else grace
-        self.producer.stop()
+        # A claim in flight finishes first; what it brings back is released at once (_dispatch).
+        self.producer.stop(timeout=grace + 30.0)
         for consumer in self.app.consumers:
             consumer.stop(grace)
         deadline = time.monotonic() + grace
@@ -207,11 +213,10 @@ class Worker:
                 signal.signal(number, handler)
 
     def request_stop(self, force: bool = False) -> None:
-        """Ask :meth:`run` to stop (as a signal would); ``force`` skips the grace period."""
+        """Ask :meth:`run` to stop (as a signal would); ``force`` skips the grace period.
+        Only sets events, so it is safe inside a signal handler (the stop loop polls them)."""
         if force or self._stop_requested.is_set():
             self._force.set()
-            with self._idle:
-                self._idle.notify_all()
         self._stop_requested.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -233,6 +238,13 @@ class Worker:
     def _dispatch(self, jobs: list[ClaimedJob]) -> None:
         renew_at = time.monotonic()
         with self._lock:
+            stopped = self._stopped
+        if stopped:  # a claim that was in flight when stop() began: hand the jobs straight back
+            back = [Outcome(j.id, j.token, "release") for j in jobs]
+            with contextlib.suppress(Exception):
+                self.backend.jobs_ack(JobsAckParams(back))
+            return
+        with self._lock:
             for job in jobs:
                 ctx = executor.JobContext(job, self.id, self.backend)
                 run = _Running(job, ctx, next_renew=renew_at + job.lease / 3)
@@ -247,9 +259,10 @@ class Worker:
                 return
             try:
                 self._execute(run)
-            except Exception:
+            except BaseException as exc:  # a worker bug must not lose the job
+                # Counted as an attempt: a bug that repeats must not loop the job forever.
                 log.exception("job %s: internal error", run.job.id)
-                self._settle(run, Outcome(run.job.id, run.job.token, "release"))
+                self._settle_elsewhere(run, executor.classify(run.job, exc))
             finally:
                 with self._lock:
                     self._busy -= 1
@@ -265,65 +278,56 @@ class Worker:
                 run.deadline = time.monotonic() + job.timeout
         resolved = executor.resolve(job, self.app.registry)
         if isinstance(resolved, Outcome):
-            self._settle(run, resolved)
+            self._settle_here(run, resolved)
             return
         if resolved.is_async:
-            assert self._loop is not None
+            if self._loop is None:
+                raise RuntimeError("an async handler was registered after the worker started")
             fut = asyncio.run_coroutine_threadsafe(
                 executor.run_async(run.ctx, resolved), self._loop
             )
             with self._lock:
-                run.deadline = None  # asyncio.wait_for enforces it and cancels the handler
+                run.deadline = None  # asyncio.timeout enforces it and cancels the handler
                 run.future = fut
             try:
                 outcome = fut.result()
-            except BaseException:  # noqa: BLE001 - cancelled at shutdown: released already
-                return
+            except BaseException as exc:  # noqa: BLE001 - cancelled at shutdown, or a bug
+                outcome = executor.classify(job, exc)
         else:
             outcome = executor.run_sync(run.ctx, resolved)
-        self._settle(run, outcome)
+        self._settle_here(run, outcome)
 
-    def _settle(self, run: _Running, outcome: Outcome) -> None:
-        """Record a job's outcome once: a late one (after a timeout or a release) is dropped."""
+    def _settle_here(self, run: _Running, outcome: Outcome) -> None:
+        """Record the outcome the handler's own thread reached. If the job was settled already
+        (it timed out, or was released at shutdown), the late outcome is discarded and a
+        transaction the handler opened is rolled back, here, on the thread that used it."""
         with self._lock:
-            if run.settled:
-                if outcome.kind != "release":
-                    log.warning(
-                        "job %s: finished after it was settled; its outcome is discarded",
-                        run.job.id,
-                    )
-                return
+            first = not run.settled
             run.settled = True
             self._idle.notify_all()
         conn = run.ctx._connection
+        if not first:
+            if outcome.kind != "release":
+                log.warning("job %s: finished after it was settled; outcome discarded", run.job.id)
+            if conn is not None:
+                executor.discard_transaction(self.backend, run.job, conn)
+            return
         if conn is not None:
-            self._settle_transaction(run, outcome, conn)
-        else:
-            self.completer.put(outcome)
-
-    def _settle_transaction(self, run: _Running, outcome: Outcome, conn: Any) -> None:
-        """The handler wrote through its job's connection: commit those writes with the
-        completion, or roll them back with a failure or a lost lease."""
-        release = getattr(self.backend, "connection_release", None)
-        try:
-            if outcome.kind == "completed":
-                stale = self.backend.jobs_ack(JobsAckParams([outcome], connection=conn))
-                if stale:
-                    conn.rollback()
-                    log.warning("job %s: lease lost; its transaction was rolled back", run.job.id)
-                else:
-                    conn.commit()
-                self._on_acked([outcome], stale)
+            left = executor.settle_transaction(self.backend, run.job, outcome, conn)
+            if left is None:
+                self._on_acked([outcome], [])
                 return
-            conn.rollback()
-        except Exception as exc:  # noqa: BLE001 - a broken connection: the lease will lapse
-            log.warning("job %s: transactional completion failed: %s", run.job.id, exc)
-            with contextlib.suppress(Exception):
-                conn.rollback()
-            outcome = executor.classify(run.job, exc)
-        finally:
-            if release is not None:
-                release(conn)
+            outcome = left
+        self.completer.put(outcome)
+
+    def _settle_elsewhere(self, run: _Running, outcome: Outcome) -> None:
+        """Record an outcome decided off the handler's thread (a timeout, a shutdown release).
+        Never touches the handler's connection: the handler may still be using it."""
+        with self._lock:
+            if run.settled:
+                return
+            run.settled = True
+            self._idle.notify_all()
         self.completer.put(outcome)
 
     def _on_acked(self, outcomes: list[Outcome], stale: list[str]) -> None:
@@ -341,8 +345,16 @@ class Worker:
         for run in left:
             if run.future is not None:
                 run.future.cancel()
+            if run.started and run.job.delivery == "at_most_once":
+                # It may have had its effect already: never hand it out again.
+                log.warning("job %s: at_most_once job interrupted at shutdown: failed", run.job.id)
+                error = "interrupted by worker shutdown: an at_most_once job is not run again"
+                self._settle_elsewhere(
+                    run, Outcome(run.job.id, run.job.token, "failed", error=error)
+                )
+                continue
             log.warning("job %s: released to pending at shutdown", run.job.id)
-            self._settle(run, Outcome(run.job.id, run.job.token, "release"))
+            self._settle_elsewhere(run, Outcome(run.job.id, run.job.token, "release"))
 
     # heartbeat ---------------------------------------------------------------------------------
 
@@ -352,7 +364,7 @@ class Worker:
         overdue: list[_Running] = []
         with self._lock:
             for run in self._running.values():
-                if run.next_renew <= now:
+                if run.next_renew <= now and not run.lost:
                     due.append((run.job.id, run.job.token))
                     run.next_renew = now + run.job.lease / 3
                 if not run.settled and run.deadline is not None and run.deadline <= now:
@@ -361,14 +373,28 @@ class Worker:
             # A thread cannot be killed: the attempt fails now, the handler's thread keeps its
             # slot until the function returns, and what it returns then is discarded.
             log.warning("job %s: timed out after %ss", run.job.id, run.job.timeout)
-            self._settle(run, executor.timed_out(run.job))
-        if due:
+            self._settle_elsewhere(run, executor.timed_out(run.job))
+        if not due:
+            return
+        try:
             lost = self.backend.leases_renew(LeasesRenewParams(self.id, due))
+        except Exception:
+            # The store is away: try again in a second, not a third of a lease from now, so a
+            # short outage does not cost the leases it straddles.
+            with self._lock:
+                for job_id, _ in due:
+                    if (pending := self._running.get(job_id)) is not None:
+                        pending.next_renew = min(pending.next_renew, now + 1.0)
+            raise
+        with self._lock:
             for job_id in lost:
-                log.warning(
-                    "job %s: lease lost (another worker may run it); its outcome will be refused",
-                    job_id,
-                )
+                if (gone := self._running.get(job_id)) is not None:
+                    gone.lost = True
+        for job_id in lost:
+            log.warning(
+                "job %s: lease lost (another worker may run it); its outcome will be refused",
+                job_id,
+            )
 
 
 def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **options: Any) -> int:
@@ -378,11 +404,14 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
 
     ctx = mp.get_context("spawn")
     children: list[Any] = []
+    respawns: list[float] = []
     stopping = threading.Event()
 
     def spawn() -> Any:
         p = ctx.Process(target=_child_main, args=(app_ref, log_level, options), daemon=False)
         p.start()
+        if stopping.is_set() and p.pid is not None:  # a signal came while it was starting
+            os.kill(p.pid, signal.SIGTERM)
         return p
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -406,6 +435,12 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
                 log.warning(
                     "worker process %s exited with %s; starting a replacement", p.pid, p.exitcode
                 )
+                # A child that keeps dying at once is replaced at most every few seconds.
+                recent = [t for t in respawns if time.monotonic() - t < 10.0]
+                respawns[:] = recent
+                if len(recent) >= 2 * processes:
+                    stopping.wait(2.0)
+                respawns.append(time.monotonic())
                 children[i] = spawn()
         if stopping.is_set() and not any(p.is_alive() for p in children):
             return 0
@@ -417,6 +452,9 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
     from ..backends import mask_url
     from ..errors import JobyardError
 
+    # Our own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes it
+    # on once; in the group it would reach each child twice, and a second signal means "now".
+    os.setpgrp()
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         app = load_app(app_ref)
