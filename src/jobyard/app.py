@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -234,8 +235,9 @@ class App:
         max_pending: int | None = None,
         paused: bool = False,
     ) -> QueueConfig:
-        """Store a queue's settings; they apply to jobs enqueued afterwards that set none.
-        ``max_concurrency`` holds across every worker of every host."""
+        """Store a queue's whole configuration (settings left out are cleared); they apply to
+        jobs enqueued afterwards that set none. ``max_concurrency`` holds across every worker of
+        every host. To pause or resume without touching the rest, see :meth:`pause_queue`."""
         check_name("queue", name)
         for label, value in (
             ("max_concurrency", max_concurrency),
@@ -253,6 +255,14 @@ class App:
             max_pending=max_pending,
             paused=paused,
         )
+        self.backend.queues_configure(config)
+        return config
+
+    def pause_queue(self, name: str, paused: bool = True) -> QueueConfig:
+        """Stop (or with ``paused=False`` resume) claims from a queue, keeping its settings."""
+        check_name("queue", name)
+        stored = {q.name: q for q in self.backend.queues_list()}.get(name, QueueConfig(name))
+        config = dataclasses.replace(stored, paused=paused)
         self.backend.queues_configure(config)
         return config
 

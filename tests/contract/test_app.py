@@ -500,3 +500,21 @@ def test_an_interrupted_at_most_once_job_is_failed_not_released(
     job = app.get(h.id)
     assert (job.status, job.attempts) == ("failed", 1)
     assert "at_most_once" in (job.error or "")
+
+
+def test_pausing_a_queue_keeps_its_settings(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    app.configure_queue("emails", max_concurrency=3, max_pending=10)
+    paused = app.pause_queue("emails")
+    assert (paused.paused, paused.max_concurrency, paused.max_pending) == (True, 3, 10)
+
+    @app.job(queue="emails")
+    def send() -> str:
+        return "sent"
+
+    h = send.enqueue()
+    assert testing.drain(app) == 0
+    app.pause_queue("emails", paused=False)
+    assert testing.drain(app) == 1 and h.result(timeout=0) == "sent"
+    (stored,) = app.backend.queues_list()
+    assert (stored.paused, stored.max_concurrency) == (False, 3)
