@@ -230,13 +230,19 @@ def _valid_key(key: object) -> bool:
     return True
 
 
+# Built once: json.dumps with options builds a new encoder per call (~half of enqueue_many's
+# Python time). An encoder keeps no state between calls, so threads can share it.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_ESCAPED = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
 def _dumps(value: Any) -> str:
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = _COMPACT.encode(value)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate cannot be stored as UTF-8 by any store: escape everything instead.
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        text = _ESCAPED.encode(value)
     return text
 
 
