@@ -152,6 +152,24 @@ class WorkerProcess:
         self._out.close()
 
 
+@contextlib.contextmanager
+def backends_on(cls: Callable[[str, jobyard.Clock], Any], url: str) -> Iterator[Callable[..., Any]]:
+    """A factory of ``cls`` backends on ``url`` (``at=`` for another URL; the system clock
+    unless one is given), all closed when the block ends: the per-store suites' fixture."""
+    opened: list[Any] = []
+
+    def build(clock: jobyard.Clock | None = None, at: str | None = None) -> Any:
+        backend = cls(at or url, clock or jobyard.SystemClock())
+        opened.append(backend)
+        return backend
+
+    try:
+        yield build
+    finally:
+        for backend in opened:
+            backend.close()
+
+
 @pytest.fixture
 def sink(tmp_path: Path) -> Path:
     """A directory where test handlers record each execution as a file."""

@@ -13,7 +13,8 @@ import pytest
 
 from jobyard.backends.base import JobsInsertParams, NewJob
 from jobyard.backends.postgres.backend import PostgresBackend
-from jobyard.clock import Clock, FrozenClock, SystemClock
+from jobyard.clock import FrozenClock
+from tests.conftest import backends_on
 from tests.postgres.support import BASE_URL, fresh_url, schema_of
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
@@ -58,17 +59,9 @@ def clock() -> FrozenClock:
 
 @pytest.fixture
 def open_backend(url: str) -> Iterator[Callable[..., PostgresBackend]]:
-    """Open backends on this test's schema (the system clock by default); closed afterwards."""
-    opened: list[PostgresBackend] = []
-
-    def build(clock: Clock | None = None, at: str | None = None) -> PostgresBackend:
-        backend = PostgresBackend(at or url, clock or SystemClock())
-        opened.append(backend)
-        return backend
-
-    yield build
-    for backend in opened:
-        backend.close()
+    """Open backends on this test's schema (``at=`` for another); all closed at teardown."""
+    with backends_on(PostgresBackend, url) as build:
+        yield build
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import redis.cluster
 
 from jobyard.backends.base import JobsInsertParams, NewJob
 from jobyard.backends.redis.backend import RedisBackend
-from jobyard.clock import Clock, FrozenClock, SystemClock
+from jobyard.clock import FrozenClock
+from tests.conftest import backends_on
 from tests.redis import support
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
@@ -48,18 +49,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make_backend(kind: str) -> Iterator[Callable[..., RedisBackend]]:
-    """Build backends on one fresh prefix (``url=`` to pick another); all closed at the end."""
-    made: list[RedisBackend] = []
-    default = url_for(kind)
-
-    def build(clock: Clock | None = None, url: str | None = None) -> RedisBackend:
-        backend = RedisBackend(url or default, clock or SystemClock())
-        made.append(backend)
-        return backend
-
-    yield build
-    for backend in made:
-        backend.close()
+    """Build backends on one fresh prefix (``at=`` to pick another); all closed at the end."""
+    with backends_on(RedisBackend, url_for(kind)) as build:
+        yield build
 
 
 @pytest.fixture

@@ -220,7 +220,7 @@ def test_wake_tokens_stay_few_and_one_insert_wakes_a_waiter(
 ) -> None:
     name = f"waiter-{uuid.uuid4().hex[:8]}"
     url = url_for(kind, client_name=name)
-    backend = make_backend(url=url)
+    backend = make_backend(at=url)
     insert(backend, *[new() for _ in range(100)])
     assert backend.client.llen(backend.keys.wake("q")) <= 16
     while backend.jobs_wait(JobsWaitParams(["q"], 0)):

@@ -13,7 +13,8 @@ import pytest
 
 from jobyard.backends.base import JobsInsertParams, NewJob
 from jobyard.backends.sqlite.backend import SQLiteBackend
-from jobyard.clock import Clock, FrozenClock, SystemClock
+from jobyard.clock import FrozenClock
+from tests.conftest import backends_on
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 T0 = 1_800_000_000.0
@@ -43,17 +44,9 @@ def clock() -> FrozenClock:
 
 @pytest.fixture
 def open_backend(url: str) -> Iterator[Callable[..., SQLiteBackend]]:
-    """Open backends on this test's file (a frozen clock by default); all closed at teardown."""
-    opened: list[SQLiteBackend] = []
-
-    def build(clock: Clock | None = None, at: str | None = None) -> SQLiteBackend:
-        backend = SQLiteBackend(at or url, clock or SystemClock())
-        opened.append(backend)
-        return backend
-
-    yield build
-    for backend in opened:
-        backend.close()
+    """Open backends on this test's file (``at=`` for another); all closed at teardown."""
+    with backends_on(SQLiteBackend, url) as build:
+        yield build
 
 
 @pytest.fixture
