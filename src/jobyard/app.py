@@ -337,10 +337,11 @@ class App:
     def worker(
         self,
         queues: Sequence[str] | None = None,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         **options: Any,
     ) -> Worker:
-        """A worker for these queues (default: every queue a registered job uses), not started."""
+        """A worker for these queues (default: every queue a registered job uses), not started.
+        ``concurrency`` defaults to 8, or 100 when every handler is async."""
         from .worker.worker import Worker
 
         return Worker(self, queues=queues, concurrency=concurrency, **options)
@@ -348,7 +349,7 @@ class App:
     def run_worker(
         self,
         queues: Sequence[str] | None = None,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         **options: Any,
     ) -> None:
         """Run a worker in this process until SIGINT or SIGTERM (a second one stops at once)."""

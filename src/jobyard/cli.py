@@ -104,9 +104,8 @@ def _app(ref: str) -> App:
     "-c",
     "--concurrency",
     type=click.IntRange(min=1),
-    default=8,
-    show_default=True,
-    help="Jobs run at once by each process.",
+    default=None,
+    help="Jobs run at once by each process [default: 8, or 100 when every handler is async].",
 )
 @click.option(
     "--processes",
@@ -126,7 +125,8 @@ def _app(ref: str) -> App:
     "--prefetch",
     type=click.IntRange(min=0),
     default=None,
-    help="Jobs claimed ahead of free slots, for many short jobs [default: 0].",
+    help="Jobs claimed ahead of free slots [default: a few while jobs are short, none while "
+    "they are long; 0 turns it off].",
 )
 @click.option(
     "--poll-interval",
@@ -158,7 +158,7 @@ def _app(ref: str) -> App:
 def worker(
     app_ref: str,
     queues: tuple[str, ...],
-    concurrency: int,
+    concurrency: int | None,
     processes: int,
     grace: float,
     prefetch: int | None,

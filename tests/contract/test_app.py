@@ -415,9 +415,9 @@ def test_names_are_validated(make_app: Callable[..., jobyard.App]) -> None:
         app.configure_queue("x" * 101)
 
 
-@pytest.mark.parametrize(("prefetch", "held"), [(0, 1), (2, 3)])
+@pytest.mark.parametrize(("prefetch", "held"), [(None, 1), (0, 1), (2, 3)])
 def test_prefetch_claims_ahead_of_free_slots(
-    make_app: Callable[..., jobyard.App], prefetch: int, held: int
+    make_app: Callable[..., jobyard.App], prefetch: int | None, held: int
 ) -> None:
     app = make_app()
     release = threading.Event()

@@ -1,10 +1,12 @@
-"""The fetch loop: claims as many jobs as the worker has room for, in one round trip, and sleeps
-on the store's push signal when there is nothing to do."""
+"""The fetch loop: claims as many jobs as the worker wants, in one round trip, and sleeps on the
+store's push signal when there is nothing to do. The worker decides how many it wants and when a
+claim is worth its round trip (``_slots.py``); it wakes this loop only then."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from ..backends.base import Backend, ClaimedJob, JobsClaimParams, JobsWaitParams
@@ -13,22 +15,25 @@ log = logging.getLogger("jobyard.worker")
 
 
 class Producer:
-    """Claims jobs while ``room()`` says there is space and hands them to ``dispatch``."""
+    """Claims jobs while ``wanted()`` asks for some and hands them to ``dispatch``;
+    ``claimed(seconds, count)`` hears how long each claim round trip took and what it brought."""
 
     def __init__(
         self,
         backend: Backend,
         worker_id: str,
         queues: Sequence[str],
-        room: Callable[[], int],
+        wanted: Callable[[], int],
         dispatch: Callable[[list[ClaimedJob]], None],
         slot_freed: threading.Event,
         poll_interval: float,
+        claimed: Callable[[float, int], None] = lambda seconds, count: None,
     ) -> None:
         self.backend = backend
         self.worker_id = worker_id
         self.queues = tuple(queues)
-        self.room = room
+        self.wanted = wanted
+        self.claimed = claimed
         self.dispatch = dispatch
         self.slot_freed = slot_freed
         self.poll_interval = poll_interval
@@ -53,14 +58,17 @@ class Producer:
     def _run(self) -> None:
         delay = 0.05
         while not self._stop.is_set():
-            free = self.room()
+            free = self.wanted()
             if free <= 0:
-                # Every slot is busy: wait for one to free up rather than polling the store.
+                # The slots are busy: wait until a claim is worth making, not polling the store.
                 self.slot_freed.wait(self.poll_interval)
                 self.slot_freed.clear()
                 continue
             try:
+                t0 = time.monotonic()
                 jobs = self.backend.jobs_claim(JobsClaimParams(self.worker_id, self.queues, free))
+                if jobs:
+                    self.claimed(time.monotonic() - t0, len(jobs))
                 delay = 0.05
             except Exception as exc:  # noqa: BLE001 - a store outage is waited out, not fatal
                 log.warning(

@@ -23,7 +23,6 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import ClaimedJob, JobsAckParams, LeasesRenewParams, Outcome, WorkerInfo
 from ..job import check_name
 from . import executor
+from ._slots import HOLD, Pace
 from .completer import Completer
 from .maintenance import Maintenance, Ticker
 from .producer import Producer
@@ -49,45 +49,57 @@ class _Running:
     job: ClaimedJob
     ctx: executor.JobContext
     next_renew: float  # monotonic
+    claimed_at: float = 0.0  # monotonic
     deadline: float | None = None  # monotonic; set when the handler starts
     started: bool = False
     settled: bool = False  # an outcome was decided (or the job was released)
     lost: bool = False  # the store said the lease is gone: stop renewing it
-    future: Future[Any] | None = field(default=None, repr=False)
+    task: asyncio.Task[None] | None = field(default=None, repr=False)  # an async handler's
 
 
 class Worker:
     """Runs jobs from ``queues`` with ``concurrency`` handlers at a time.
 
-    ``grace``: on stop, how long running jobs may take to finish before they are released back to
-    pending (uncounted). ``prefetch``: extra jobs claimed ahead of free slots, so a worker of
-    short jobs does not wait a round trip between them (30-50% more no-op jobs/s). Off by default:
-    a prefetched job counts as running and waits behind the jobs ahead of it, which with long
-    jobs holds it away from idle workers elsewhere (Celery's prefetch complaint).
-    ``poll_interval``: the longest sleep between claims when no push signal arrives.
+    ``concurrency``: default 8, or 100 when every handler is async (async handlers run as tasks
+    on one event loop, not on a thread each). ``grace``: on stop, how long running jobs may take
+    to finish before they are released back to pending (uncounted). ``prefetch``: jobs claimed
+    ahead of free slots. By default (None) the worker decides: while handlers are short it keeps
+    a few jobs ready (about three claim round trips' worth) and hands back any that wait longer
+    than ``hold`` seconds; with long handlers it claims only for free slots (see ``_slots.py``).
+    A number fixes the buffer (0 turns it off). ``poll_interval``: the longest sleep between
+    claims when no push signal arrives.
     """
 
     def __init__(
         self,
         app: App,
         queues: Sequence[str] | None = None,
-        concurrency: int = 8,
+        concurrency: int | None = None,
         *,
         grace: float = 30.0,
         prefetch: int | None = None,
+        hold: float = HOLD,
         poll_interval: float = 1.0,
         reap_interval: float = 1.0,
         retention: float | None = None,
         worker_id: str | None = None,
     ) -> None:
+        handlers = list(app.registry.values())
+        all_async = bool(handlers) and all(jf.is_async for jf in handlers)
+        if concurrency is None:
+            concurrency = 100 if all_async else 8
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.app = app
         self.backend = app.backend
-        names = list(queues) if queues else sorted({jf.opts.queue for jf in app.registry.values()})
+        names = list(queues) if queues else sorted({jf.opts.queue for jf in handlers})
         self.queues = tuple(check_name("queue", q) for q in (names or ["default"]))
         self.concurrency = concurrency
-        self.prefetch = 0 if prefetch is None else max(prefetch, 0)
+        self.pace = Pace(concurrency, None if prefetch is None else max(prefetch, 0), hold)
+        # Outcomes waiting for their acknowledgement beyond this stop the claims: a store that
+        # cannot keep up with the acks is not handed more work.
+        self._backlog = max(2 * (concurrency + 8 * concurrency), 64)
+        self._threads_wanted = 1 if all_async else concurrency
         self.grace = grace
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.info = WorkerInfo(
@@ -99,9 +111,13 @@ class Worker:
             started_at=0.0,  # set from the store's clock at start()
             last_seen=0.0,
         )
+        self.claims = 0  # claim round trips that brought jobs
+        self.claimed = 0  # jobs they brought
+        self.handed_back = 0  # buffered jobs handed back unstarted (see _slots.py)
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
-        self._busy = 0  # handlers occupying a thread or task (a timed-out sync one still does)
+        self._held = 0  # jobs handed to a thread or task and not yet returned from it
+        self._open = 0  # jobs with no outcome decided yet
         self._slot_freed = threading.Event()
         self._idle = threading.Condition(self._lock)
         self._halt = threading.Event()  # the worker is stopped for good: give up store retries
@@ -116,10 +132,11 @@ class Worker:
             self.backend,
             self.id,
             self.queues,
-            self._room,
+            self._wanted,
             self._dispatch,
             self._slot_freed,
             poll_interval,
+            self._claimed,
         )
         self.completer = Completer(self.backend, self._on_acked, self._halt)
         self.heartbeat = Ticker("jobyard-heartbeat", 0.05, self._heartbeat)
@@ -134,7 +151,7 @@ class Worker:
         if self._started:
             return
         self._started = True
-        for n in range(self.concurrency):
+        for n in range(self._threads_wanted):
             t = threading.Thread(
                 target=self._handler_thread, name=f"jobyard-handler-{n}", daemon=True
             )
@@ -172,11 +189,12 @@ class Worker:
         grace = self.grace if grace is None else grace
         # A claim in flight finishes first; what it brings back is released at once (_dispatch).
         self.producer.stop(timeout=grace + 30.0)
+        self._release_unsettled(started=False)  # buffered jobs go back now, not after the grace
         for consumer in self.app.consumers:
             consumer.stop(grace)
         deadline = time.monotonic() + grace
         with self._idle:
-            while self._unsettled() and not self._force.is_set():
+            while self._open and not self._force.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -190,7 +208,13 @@ class Worker:
         self._halt.set()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
-        log.info("worker %s stopped", self.id)
+        log.info(
+            "worker %s stopped: %d jobs claimed in %d claims, %d buffered jobs handed back",
+            self.id,
+            self.claimed,
+            self.claims,
+            self.handed_back,
+        )
 
     def run(self) -> None:
         """Start, then block until SIGINT or SIGTERM; stop gracefully. A second signal stops at
@@ -224,19 +248,28 @@ class Worker:
 
     # claiming and running ----------------------------------------------------------------------
 
-    def _unsettled(self) -> int:
-        return sum(1 for r in self._running.values() if not r.settled)
+    def _wanted_locked(self) -> int:
+        """Jobs worth claiming now (0 when a claim would be too small to pay its round trip)."""
+        if self._stopped or len(self._running) - self._open > self._backlog:
+            return 0
+        pace = self.pace
+        # _held counts jobs handed to a thread or task and not returned (buffered, running, or
+        # timed out but still on their thread); _open counts those with no outcome yet.
+        room = self.concurrency + pace.buffer() - max(self._held, self._open)
+        return room if room >= pace.threshold() else 0
 
-    def _room(self) -> int:
+    def _wanted(self) -> int:
         with self._lock:
-            if self._stopped:
-                return 0
-            # _busy counts jobs handed to the handler threads and not yet returned (queued,
-            # running, or timed out but still on their thread); unsettled ones await an outcome.
-            return self.concurrency + self.prefetch - max(self._busy, self._unsettled())
+            return self._wanted_locked()
+
+    def _claimed(self, seconds: float, count: int) -> None:
+        with self._lock:
+            self.pace.claimed(seconds)
+            self.claims += 1
+            self.claimed += count
 
     def _dispatch(self, jobs: list[ClaimedJob]) -> None:
-        renew_at = time.monotonic()
+        now = time.monotonic()
         with self._lock:
             stopped = self._stopped
         if stopped:  # a claim that was in flight when stop() began: hand the jobs straight back
@@ -244,67 +277,123 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.backend.jobs_ack(JobsAckParams(back))
             return
+        registry = self.app.registry
+        on_loop: list[_Running] = []
         with self._lock:
             for job in jobs:
                 ctx = executor.JobContext(job, self.id, self.backend)
-                run = _Running(job, ctx, next_renew=renew_at + job.lease / 3)
+                run = _Running(job, ctx, next_renew=now + job.lease / 3, claimed_at=now)
                 self._running[job.id] = run
-                self._busy += 1
-                self._tasks.put(run)
+                self._held += 1
+                self._open += 1
+                jf = registry.get(job.name)
+                if jf is not None and jf.is_async and self._loop is not None:
+                    on_loop.append(run)
+                else:
+                    self._tasks.put(run)
+        if on_loop:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._start_tasks, on_loop)
+
+    def _returned(self, seconds: float | None) -> None:
+        """A thread or task is done with its job (its handler ran for ``seconds``)."""
+        with self._lock:
+            self._held -= 1
+            if seconds is not None:
+                self.pace.finished(seconds)
+            wake = self._wanted_locked() > 0
+        if wake:
+            self._slot_freed.set()
 
     def _handler_thread(self) -> None:
         while True:
             run = self._tasks.get()
             if run is None:
                 return
+            seconds = None
             try:
-                self._execute(run)
+                seconds = self._execute(run)
             except BaseException as exc:  # a worker bug must not lose the job
                 # Counted as an attempt: a bug that repeats must not loop the job forever.
                 log.exception("job %s: internal error", run.job.id)
                 self._settle_elsewhere(run, executor.classify(run.job, exc))
             finally:
-                with self._lock:
-                    self._busy -= 1
-                self._slot_freed.set()
+                self._returned(seconds)
 
-    def _execute(self, run: _Running) -> None:
-        job = run.job
+    def _begin(self, run: _Running, timed: bool) -> bool:
+        """Mark a job started unless it was settled while it waited (handed back, or released at
+        shutdown)."""
         with self._lock:
-            if run.settled:  # released while it waited for a thread
-                return
+            if run.settled:
+                return False
             run.started = True
-            if job.timeout is not None:
-                run.deadline = time.monotonic() + job.timeout
+            if timed and run.job.timeout is not None:
+                run.deadline = time.monotonic() + run.job.timeout
+            return True
+
+    def _execute(self, run: _Running) -> float | None:
+        """Run one job on this thread; returns how long its handler took."""
+        job = run.job
+        if not self._begin(run, timed=True):
+            return None
         resolved = executor.resolve(job, self.app.registry)
         if isinstance(resolved, Outcome):
             self._settle_here(run, resolved)
-            return
+            return None
         if resolved.is_async:
-            if self._loop is None:
-                raise RuntimeError("an async handler was registered after the worker started")
-            fut = asyncio.run_coroutine_threadsafe(
-                executor.run_async(run.ctx, resolved), self._loop
-            )
-            with self._lock:
-                run.deadline = None  # asyncio.timeout enforces it and cancels the handler
-                run.future = fut
-            try:
-                outcome = fut.result()
-            except BaseException as exc:  # noqa: BLE001 - cancelled at shutdown, or a bug
-                outcome = executor.classify(job, exc)
-        else:
-            outcome = executor.run_sync(run.ctx, resolved)
+            raise RuntimeError("an async handler was registered after the worker started")
+        t0 = time.monotonic()
+        outcome = executor.run_sync(run.ctx, resolved)
+        seconds = time.monotonic() - t0
         self._settle_here(run, outcome)
+        return seconds
+
+    def _start_tasks(self, runs: list[_Running]) -> None:
+        """On the event loop: one task per async job, no thread each."""
+        assert self._loop is not None
+        for run in runs:
+            run.task = self._loop.create_task(self._execute_async(run))
+
+    async def _execute_async(self, run: _Running) -> None:
+        seconds = None
+        try:
+            if not self._begin(run, timed=False):  # asyncio.timeout enforces the job's timeout
+                return
+            resolved = executor.resolve(run.job, self.app.registry)
+            if isinstance(resolved, Outcome):
+                outcome = resolved
+            else:
+                t0 = time.monotonic()
+                try:
+                    outcome = await executor.run_async(run.ctx, resolved)
+                except BaseException as exc:  # noqa: BLE001 - cancelled at shutdown, or a bug
+                    outcome = executor.classify(run.job, exc)
+                seconds = time.monotonic() - t0
+            if run.ctx._connection is not None:  # its transaction is settled off the loop
+                await asyncio.to_thread(self._settle_here, run, outcome)
+            else:
+                self._settle_here(run, outcome)
+        except BaseException as exc:
+            log.exception("job %s: internal error", run.job.id)
+            self._settle_elsewhere(run, executor.classify(run.job, exc))
+        finally:
+            self._returned(seconds)
+
+    def _mark_settled(self, run: _Running) -> bool:
+        """With the lock held: the first outcome decided for ``run`` wins; True if this is it."""
+        if run.settled:
+            return False
+        run.settled = True
+        self._open -= 1
+        self._idle.notify_all()
+        return True
 
     def _settle_here(self, run: _Running, outcome: Outcome) -> None:
         """Record the outcome the handler's own thread reached. If the job was settled already
         (it timed out, or was released at shutdown), the late outcome is discarded and a
         transaction the handler opened is rolled back, here, on the thread that used it."""
         with self._lock:
-            first = not run.settled
-            run.settled = True
-            self._idle.notify_all()
+            first = self._mark_settled(run)
         conn = run.ctx._connection
         if not first:
             if outcome.kind != "release":
@@ -324,10 +413,8 @@ class Worker:
         """Record an outcome decided off the handler's thread (a timeout, a shutdown release).
         Never touches the handler's connection: the handler may still be using it."""
         with self._lock:
-            if run.settled:
+            if not self._mark_settled(run):
                 return
-            run.settled = True
-            self._idle.notify_all()
         self.completer.put(outcome)
 
     def _on_acked(self, outcomes: list[Outcome], stale: list[str]) -> None:
@@ -337,15 +424,35 @@ class Worker:
                 if run is not None and run.job.token == o.token:
                     del self._running[o.id]
             self._idle.notify_all()
-        self._slot_freed.set()
+            wake = self._wanted_locked() > 0
+        if wake:
+            self._slot_freed.set()
 
-    def _release_unsettled(self) -> None:
+    def _hand_back_locked(self, runs: list[_Running]) -> list[Outcome]:
+        """With the lock held: settle jobs that were claimed but never started as released
+        (back to pending now, the attempt uncounted). A thread that picks one up later skips it."""
+        back = []
+        for run in runs:
+            if not run.started and self._mark_settled(run):
+                back.append(Outcome(run.job.id, run.job.token, "release"))
+        return back
+
+    def _release_unsettled(self, started: bool = True) -> None:
+        """Release what has no outcome yet: every such job, or (``started`` False) only those
+        still waiting for a slot."""
         with self._lock:
             left = [r for r in self._running.values() if not r.settled]
+            back = self._hand_back_locked(left)
+        for outcome in back:
+            self.completer.put(outcome)
+        if not started:
+            return
         for run in left:
-            if run.future is not None:
-                run.future.cancel()
-            if run.started and run.job.delivery == "at_most_once":
+            if run.settled:
+                continue
+            if run.task is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(run.task.cancel)
+            if run.job.delivery == "at_most_once":
                 # It may have had its effect already: never hand it out again.
                 log.warning("job %s: at_most_once job interrupted at shutdown: failed", run.job.id)
                 error = "interrupted by worker shutdown: an at_most_once job is not run again"
@@ -362,13 +469,27 @@ class Worker:
         now = time.monotonic()
         due: list[tuple[str, str]] = []
         overdue: list[_Running] = []
+        waited: list[_Running] = []
+        hold = self.pace.hold if self.pace.adaptive else None
         with self._lock:
             for run in self._running.values():
                 if run.next_renew <= now and not run.lost:
                     due.append((run.job.id, run.job.token))
                     run.next_renew = now + run.job.lease / 3
-                if not run.settled and run.deadline is not None and run.deadline <= now:
+                if run.settled:
+                    continue
+                if run.deadline is not None and run.deadline <= now:
                     overdue.append(run)
+                elif hold is not None and not run.started and run.claimed_at + hold <= now:
+                    waited.append(run)
+            back = self._hand_back_locked(waited)
+            if back:
+                self.handed_back += len(back)
+                self.pace.handed_back()  # the jobs got slow: stop buffering until they are fast
+        for outcome in back:
+            self.completer.put(outcome)
+        if back:
+            log.debug("handed back %d buffered jobs that waited over %.2fs", len(back), hold)
         for run in overdue:
             # A thread cannot be killed: the attempt fails now, the handler's thread keeps its
             # slot until the function returns, and what it returns then is discarded.

@@ -1,0 +1,74 @@
+"""How many jobs a worker should hold: its slots, plus a small buffer while its jobs are short.
+
+A handler slot frees when its handler returns; the outcome is acknowledged behind it (the lease
+and the fencing token protect a late acknowledgement). While handlers are fast, a slot that frees
+should find its next job already claimed, or it idles for a claim round trip: so the worker keeps
+a buffer of claimed jobs about three claim round trips deep, and claims in batches of at least
+half the buffer rather than one job per freed slot.
+
+A buffered job must never wait while other workers idle (the prefetch complaint of Celery users):
+the buffer exists only while the average handler takes at most ``FAST`` seconds, and a buffered
+job not started within ``hold`` seconds is handed back to pending (its attempt uncounted). After
+a hand-back the buffer stays off until a handler finishes fast again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FAST = 0.05  # seconds: handlers slower than this on average get no buffer
+HOLD = 0.1  # seconds: a buffered job waiting longer than this is handed back
+_WEIGHT = 0.1  # of each new sample in the moving averages
+
+
+@dataclass(slots=True)
+class Pace:
+    """Moving averages of handler time and claim round trip, and the buffer they call for.
+
+    ``prefetch`` None: the buffer adapts (and is at most ``8 * concurrency``); a number: a fixed
+    buffer the user chose (0 turns it off), which is never handed back early.
+    """
+
+    concurrency: int
+    prefetch: int | None = None
+    hold: float = HOLD
+    run_avg: float | None = None  # seconds per handler call
+    claim_avg: float = 0.001  # seconds per claim round trip
+    cool: bool = False  # a buffered job was handed back: no buffer until a fast finish
+
+    @property
+    def adaptive(self) -> bool:
+        """The buffer follows the handlers' pace, and buffered jobs can be handed back."""
+        return self.prefetch is None
+
+    def finished(self, seconds: float) -> None:
+        """A handler returned after ``seconds``."""
+        avg = self.run_avg
+        self.run_avg = seconds if avg is None else avg + _WEIGHT * (seconds - avg)
+        if seconds <= FAST:
+            self.cool = False
+
+    def claimed(self, seconds: float) -> None:
+        """A claim round trip took ``seconds``."""
+        self.claim_avg += _WEIGHT * (seconds - self.claim_avg)
+
+    def handed_back(self) -> None:
+        """A buffered job waited too long and was handed back."""
+        self.cool = True
+
+    def buffer(self) -> int:
+        """Jobs to hold beyond the slots."""
+        if self.prefetch is not None:
+            return self.prefetch
+        avg = self.run_avg
+        if self.cool or avg is None or avg > FAST:
+            return 0
+        pace = self.concurrency / max(avg, 1e-4)  # jobs/s the slots finish when full
+        depth = math.ceil(pace * 3 * self.claim_avg) + 1
+        # Never more than the slots finish in half the hold time, so a buffered job starts in time.
+        return max(1, min(depth, 8 * self.concurrency, int(pace * self.hold / 2)))
+
+    def threshold(self) -> int:
+        """The smallest claim worth a round trip: half the buffer (1 when there is none)."""
+        return max(1, (self.buffer() + 1) // 2)

@@ -1,0 +1,111 @@
+"""How a worker feeds its slots: a buffer only while jobs are short, handed back when they are
+not; async handlers as tasks on one loop (see worker/_slots.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+import jobyard
+from jobyard.worker._slots import FAST, Pace
+
+from ..conftest import running_worker, wait_until
+
+
+def test_pace_buffers_only_while_handlers_are_fast() -> None:
+    pace = Pace(concurrency=8)
+    assert pace.buffer() == 0  # nothing known yet: claim for free slots only
+    for _ in range(50):
+        pace.finished(0.001)
+    assert pace.buffer() >= 1
+    assert pace.threshold() == max(1, (pace.buffer() + 1) // 2)
+    for _ in range(50):
+        pace.finished(FAST * 4)
+    assert pace.buffer() == 0  # long handlers: no job waits behind them
+
+
+def test_a_handed_back_job_turns_the_buffer_off_until_a_fast_finish() -> None:
+    pace = Pace(concurrency=4)
+    for _ in range(20):
+        pace.finished(0.001)
+    assert pace.buffer() >= 1
+    pace.handed_back()
+    assert pace.buffer() == 0
+    pace.finished(FAST * 2)
+    assert pace.buffer() == 0
+    pace.finished(0.001)
+    assert pace.buffer() >= 1
+
+
+def test_a_fixed_prefetch_is_kept_whatever_the_pace() -> None:
+    pace = Pace(concurrency=2, prefetch=3)
+    assert pace.buffer() == 3
+    pace.finished(10.0)
+    pace.handed_back()
+    assert pace.buffer() == 3
+    assert Pace(concurrency=2, prefetch=0).buffer() == 0
+
+
+def test_jobs_buffered_behind_a_job_that_turned_long_go_to_another_worker(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    """A worker of short jobs holds a few ahead of its slot. When the running job turns out
+    long, the buffered ones are handed back within the hold time and an idle worker runs them,
+    instead of waiting behind it."""
+    app = make_app()
+    release = threading.Event()
+
+    @app.job
+    def quick(n: int) -> int:
+        return n
+
+    @app.job
+    def slow() -> None:
+        release.wait(30)
+
+    warm = quick.enqueue_many([((i,), {}) for i in range(200)])
+    with running_worker(app, concurrency=1) as first:
+        for h in warm:
+            h.result(timeout=30)
+        assert first.pace.buffer() >= 1  # short jobs: it now claims ahead of its slot
+        blocker = slow.enqueue()
+        behind = quick.enqueue_many([((i,), {}) for i in range(3)])
+        try:
+            wait_until(lambda: first.handed_back > 0, what="a buffered job handed back")
+            with running_worker(app, concurrency=2):
+                for n, h in enumerate(behind):
+                    assert h.result(timeout=20) == n
+            assert app.get(blocker.id).status == "running"
+        finally:
+            release.set()
+        blocker.result(timeout=20)
+        record = app.get(behind[0].id)
+        assert record.attempts == 1  # the hand-back did not count an attempt
+
+
+def test_async_handlers_run_as_tasks_with_a_default_concurrency_of_100(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    app = make_app()
+    gate = threading.Event()
+
+    @app.job
+    async def waits() -> None:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+
+    handles = waits.enqueue_many([((), {}) for _ in range(40)])
+    with running_worker(app) as worker:
+        try:
+            assert worker.concurrency == 100
+            wait_until(
+                lambda: app.stats()[0].counts.get("running", 0) == 40,
+                what="all 40 async jobs running at once",
+            )
+            threads = [t for t in threading.enumerate() if t.name.startswith("jobyard-handler")]
+            assert len(threads) == 1  # no thread per async job
+        finally:
+            gate.set()
+        for h in handles:
+            h.result(timeout=20)
