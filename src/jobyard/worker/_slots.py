@@ -3,8 +3,8 @@
 A handler slot frees when its handler returns; the outcome is acknowledged behind it (the lease
 and the fencing token protect a late acknowledgement). While handlers are fast, a slot that frees
 should find its next job already claimed, or it idles for a claim round trip: so the worker keeps
-a buffer of claimed jobs about three claim round trips deep, and claims in batches of at least
-half the buffer rather than one job per freed slot.
+a buffer of claimed jobs about three claim round trips deep (and at least one per slot), and
+claims in batches of at least half the buffer rather than one job per freed slot.
 
 A buffered job must never wait while other workers idle (the prefetch complaint of Celery users):
 the buffer exists only while the average handler takes at most ``FAST`` seconds, and a buffered
@@ -65,7 +65,9 @@ class Pace:
         if self.cool or avg is None or avg > FAST:
             return 0
         pace = self.concurrency / max(avg, 1e-4)  # jobs/s the slots finish when full
-        depth = math.ceil(pace * 3 * self.claim_avg) + 1
+        # Three claim round trips' worth, and at least one job per slot: slots that started
+        # together free together, and each burst should find jobs ready.
+        depth = max(math.ceil(pace * 3 * self.claim_avg) + 1, self.concurrency)
         # Never more than the slots finish in half the hold time, so a buffered job starts in time.
         return max(1, min(depth, 8 * self.concurrency, int(pace * self.hold / 2)))
 
