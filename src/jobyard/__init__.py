@@ -18,6 +18,7 @@ from .errors import (
     Retry,
     SchemaError,
 )
+from .hooks import EnqueueEvent, JobEvent
 from .job import Job, JobFunction, JobHandle, Status
 from .retry import Backoff
 from .worker.executor import JobContext, current_job
@@ -29,11 +30,13 @@ __all__ = [
     "ConfigurationError",
     "Drop",
     "DuplicateJob",
+    "EnqueueEvent",
     "FrozenClock",
     "InvalidTransition",
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobEvent",
     "JobFailed",
     "JobFunction",
     "JobHandle",

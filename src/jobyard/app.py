@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -13,6 +14,7 @@ from .backends.base import (
     DEFAULT_LEASE,
     Backend,
     Delivery,
+    Inserted,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -25,6 +27,7 @@ from .backends.base import (
 )
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError, JobNotFound
+from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
 from .retry import Backoff, as_backoff
 
@@ -51,6 +54,7 @@ class App:
         self.registry: dict[str, JobFunction[Any, Any]] = {}
         self.consumers: list[Any] = []  # Redis list and stream consumers started by workers
         self.schedules: dict[str, Schedule] = {}
+        self.hooks = Hooks()
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
@@ -172,7 +176,43 @@ class App:
 
     def _insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:
         inserted = self.backend.jobs_insert(JobsInsertParams(jobs, connection))
+        self._enqueued(jobs, inserted)
         return [JobHandle(self, i.id, i.created) for i in inserted]
+
+    def _enqueued(self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]) -> None:
+        """Run the ``on_enqueue`` hooks for the jobs that were created (not found by key)."""
+        if not self.hooks.wants("on_enqueue"):
+            return
+        for new, got in zip(jobs, inserted, strict=True):
+            if got.created:
+                data = json.loads(new.payload)
+                event = EnqueueEvent(
+                    got.id, new.name, new.queue, tuple(data["args"]), data["kwargs"]
+                )
+                self.hooks.run("on_enqueue", event)
+
+    # hooks -------------------------------------------------------------------------------------
+
+    def on_enqueue(self, fn: Callable[[EnqueueEvent], object]) -> Callable[[EnqueueEvent], object]:
+        """Call ``fn(EnqueueEvent)`` after each job this process enqueues is stored."""
+        self.hooks.add("on_enqueue", fn)
+        return fn
+
+    def before_job(self, fn: Callable[[JobEvent], object]) -> Callable[[JobEvent], object]:
+        """Call ``fn(JobEvent)`` in the worker just before each handler runs."""
+        self.hooks.add("before_job", fn)
+        return fn
+
+    def after_job(self, fn: Callable[[JobEvent], object]) -> Callable[[JobEvent], object]:
+        """Call ``fn(JobEvent)`` in the worker after each attempt, with its outcome: completed,
+        retry, failed, dead or released (see :mod:`jobyard.hooks`)."""
+        self.hooks.add("after_job", fn)
+        return fn
+
+    def on_dead(self, fn: Callable[[JobEvent], object]) -> Callable[[JobEvent], object]:
+        """Call ``fn(JobEvent)`` in the worker when a job enters the dead letter (``failed``)."""
+        self.hooks.add("on_dead", fn)
+        return fn
 
     def get(self, job_id: str) -> Job:
         """The job with this id (``JobNotFound`` if there is none)."""

@@ -363,6 +363,7 @@ class JobFunction(Generic[P, R]):
             if insert_async is None:
                 raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
             (inserted,) = await insert_async(JobsInsertParams([new], conn))
+            self.app._enqueued([new], [inserted])
             return JobHandle(self.app, inserted.id, inserted.created)
         handles = await asyncio.to_thread(self.app._insert, [new], conn)
         return handles[0]

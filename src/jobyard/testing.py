@@ -13,12 +13,11 @@ to call ``clock.advance(seconds)``.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from .app import App
-from .backends.base import JobsAckParams, JobsClaimParams, LeasesReapParams, Outcome
+from .backends.base import JobsAckParams, JobsClaimParams, LeasesReapParams
 from .clock import FrozenClock
 from .job import Job, Status
 from .worker import executor
@@ -34,23 +33,13 @@ def drain(app: App, queues: Sequence[str] | None = None, *, max_jobs: int = 100_
     names = names or ["default"]
     backend = app.backend
     backend.leases_reap(LeasesReapParams())
+    pipeline = executor.Pipeline(backend, app.registry, app.hooks, "testing")
     ran = 0
     while ran < max_jobs:
         jobs = backend.jobs_claim(JobsClaimParams("testing", names, 1))
         if not jobs:
             return ran
-        job = jobs[0]
-        ctx = executor.JobContext(job, "testing", backend)
-        resolved = executor.resolve(job, app.registry)
-        outcome: Outcome
-        if isinstance(resolved, Outcome):
-            outcome = resolved
-        elif resolved.is_async:
-            outcome = asyncio.run(executor.run_async(ctx, resolved))
-        else:
-            outcome = executor.run_sync(ctx, resolved)
-        conn = ctx._connection
-        left = outcome if conn is None else executor.settle_transaction(backend, job, outcome, conn)
+        left = pipeline.execute(jobs[0])
         if left is not None:
             backend.jobs_ack(JobsAckParams([left]))
         ran += 1

@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from ..backends.base import Backend, ClaimedJob, JobsAckParams, Outcome
 from ..errors import ConfigurationError, Drop, Retry
+from ..hooks import Hooks, JobEvent, JobOutcome
 from ..job import JobFunction, encode_result
 from ..retry import Backoff
 
@@ -203,3 +205,145 @@ def discard_transaction(backend: Backend, job: ClaimedJob, conn: Any) -> None:
         if release is not None:
             release(conn)
     log.warning("job %s: late handler's transaction rolled back", job.id)
+
+
+# the pipeline ----------------------------------------------------------------------------------
+
+jobs_log = logging.getLogger("jobyard.jobs")
+
+
+def outcome_name(job: ClaimedJob, outcome: Outcome) -> JobOutcome:
+    """What an outcome means for the job's lifecycle (the hooks' and the log's word for it)."""
+    if outcome.kind == "failed":
+        return "dead" if job.attempts >= job.max_attempts else "failed"
+    if outcome.kind == "release":
+        return "released"
+    return outcome.kind
+
+
+def _summary(error: str | None) -> str:
+    """The last line of a traceback (the exception itself), short enough for one log line."""
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    text = lines[-1].strip() if lines else ""
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class Pipeline:
+    """The steps of one job, the same in the worker and in ``jobyard.testing.drain``:
+
+    ``prepare`` (find the handler, decode the payload, run ``before_job`` hooks) →
+    ``perform_sync`` or ``perform_async`` (call it under its timeout, classify what happened) →
+    ``settle`` (commit or roll back the handler's transaction with the outcome) → the caller
+    acknowledges what is left → ``record`` (one log line, ``after_job`` and ``on_dead`` hooks).
+    ``execute`` chains them in the calling thread. The worker runs the same steps across its
+    threads, since it acknowledges in batches and decides timeouts off the handler's thread.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        registry: dict[str, JobFunction[Any, Any]],
+        hooks: Hooks,
+        worker_id: str,
+    ) -> None:
+        self.backend = backend
+        self.registry = registry
+        self.hooks = hooks
+        self.worker_id = worker_id
+
+    def context(self, job: ClaimedJob) -> JobContext:
+        """What the handler sees as ``current_job()``."""
+        return JobContext(job, self.worker_id, self.backend)
+
+    def prepare(self, ctx: JobContext) -> Call | Outcome:
+        """The call to make, or the outcome when there is none (no handler, corrupt payload)."""
+        resolved = resolve(ctx.job, self.registry)
+        if isinstance(resolved, Call) and self.hooks.wants("before_job"):
+            self.hooks.run("before_job", self._event(ctx.job))
+        return resolved
+
+    def perform_sync(self, ctx: JobContext, call: Call) -> Outcome:
+        """Call a sync handler on this thread."""
+        return run_sync(ctx, call)
+
+    async def perform_async(self, ctx: JobContext, call: Call) -> Outcome:
+        """Await an async handler; a cancellation the caller asked for propagates."""
+        return await run_async(ctx, call)
+
+    def settle(self, ctx: JobContext, outcome: Outcome) -> Outcome | None:
+        """Settle the handler's transaction, if it opened one; the outcome still to acknowledge
+        the ordinary way, or None when the transaction recorded it. On the handler's thread."""
+        if ctx._connection is None:
+            return outcome
+        return settle_transaction(self.backend, ctx.job, outcome, ctx._connection)
+
+    def record(self, job: ClaimedJob, outcome: Outcome, seconds: float | None) -> None:
+        """One log line for the outcome (INFO for failures, DEBUG otherwise), then the hooks."""
+        word = outcome_name(job, outcome)
+        level = logging.DEBUG if word in ("completed", "released") else logging.INFO
+        if jobs_log.isEnabledFor(level):
+            took = "" if seconds is None else f" in {seconds:.3f}s"
+            why = f": {_summary(outcome.error)}" if outcome.error else ""
+            jobs_log.log(
+                level,
+                "job %s %s queue=%s attempt=%d/%d %s%s%s",
+                job.id,
+                job.name,
+                job.queue,
+                job.attempts,
+                job.max_attempts,
+                word,
+                took,
+                why,
+            )
+        if not self.hooks:
+            return
+        dead = word in ("failed", "dead")
+        if self.hooks.wants("after_job") or (dead and self.hooks.wants("on_dead")):
+            event = self._event(job, word, seconds, outcome)
+            self.hooks.run("after_job", event)
+            if dead:
+                self.hooks.run("on_dead", event)
+
+    def execute(self, job: ClaimedJob) -> Outcome | None:
+        """Every step but the acknowledgement, in this thread (an async handler runs in a
+        fresh event loop); returns the outcome left to acknowledge."""
+        ctx = self.context(job)
+        prepared = self.prepare(ctx)
+        seconds = None
+        if isinstance(prepared, Outcome):
+            outcome = prepared
+        else:
+            t0 = time.monotonic()
+            if prepared.is_async:
+                outcome = asyncio.run(self.perform_async(ctx, prepared))
+            else:
+                outcome = self.perform_sync(ctx, prepared)
+            seconds = time.monotonic() - t0
+        left = self.settle(ctx, outcome)
+        self.record(job, outcome, seconds)
+        return left
+
+    def _event(
+        self,
+        job: ClaimedJob,
+        word: JobOutcome | None = None,
+        seconds: float | None = None,
+        outcome: Outcome | None = None,
+    ) -> JobEvent:
+        result = None
+        if outcome is not None and outcome.result is not None:
+            with contextlib.suppress(ValueError):
+                result = json.loads(outcome.result)
+        return JobEvent(
+            id=job.id,
+            name=job.name,
+            queue=job.queue,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            worker_id=self.worker_id,
+            outcome=word,
+            duration=seconds,
+            error=None if outcome is None else outcome.error,
+            result=result,
+        )

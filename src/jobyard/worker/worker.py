@@ -128,6 +128,7 @@ class Worker:
         self._tasks: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.pipeline = executor.Pipeline(self.backend, app.registry, app.hooks, self.id)
         self.producer = Producer(
             self.backend,
             self.id,
@@ -281,7 +282,7 @@ class Worker:
         on_loop: list[_Running] = []
         with self._lock:
             for job in jobs:
-                ctx = executor.JobContext(job, self.id, self.backend)
+                ctx = self.pipeline.context(job)
                 run = _Running(job, ctx, next_renew=now + job.lease / 3, claimed_at=now)
                 self._running[job.id] = run
                 self._held += 1
@@ -333,19 +334,18 @@ class Worker:
 
     def _execute(self, run: _Running) -> float | None:
         """Run one job on this thread; returns how long its handler took."""
-        job = run.job
         if not self._begin(run, timed=True):
             return None
-        resolved = executor.resolve(job, self.app.registry)
-        if isinstance(resolved, Outcome):
-            self._settle_here(run, resolved)
+        prepared = self.pipeline.prepare(run.ctx)
+        if isinstance(prepared, Outcome):
+            self._settle_here(run, prepared, None)
             return None
-        if resolved.is_async:
+        if prepared.is_async:
             raise RuntimeError("an async handler was registered after the worker started")
         t0 = time.monotonic()
-        outcome = executor.run_sync(run.ctx, resolved)
+        outcome = self.pipeline.perform_sync(run.ctx, prepared)
         seconds = time.monotonic() - t0
-        self._settle_here(run, outcome)
+        self._settle_here(run, outcome, seconds)
         return seconds
 
     def _start_tasks(self, runs: list[_Running]) -> None:
@@ -359,20 +359,20 @@ class Worker:
         try:
             if not self._begin(run, timed=False):  # asyncio.timeout enforces the job's timeout
                 return
-            resolved = executor.resolve(run.job, self.app.registry)
-            if isinstance(resolved, Outcome):
-                outcome = resolved
+            prepared = self.pipeline.prepare(run.ctx)
+            if isinstance(prepared, Outcome):
+                outcome = prepared
             else:
                 t0 = time.monotonic()
                 try:
-                    outcome = await executor.run_async(run.ctx, resolved)
+                    outcome = await self.pipeline.perform_async(run.ctx, prepared)
                 except BaseException as exc:  # noqa: BLE001 - cancelled at shutdown, or a bug
                     outcome = executor.classify(run.job, exc)
                 seconds = time.monotonic() - t0
             if run.ctx._connection is not None:  # its transaction is settled off the loop
-                await asyncio.to_thread(self._settle_here, run, outcome)
+                await asyncio.to_thread(self._settle_here, run, outcome, seconds)
             else:
-                self._settle_here(run, outcome)
+                self._settle_here(run, outcome, seconds)
         except BaseException as exc:
             log.exception("job %s: internal error", run.job.id)
             self._settle_elsewhere(run, executor.classify(run.job, exc))
@@ -388,7 +388,7 @@ class Worker:
         self._idle.notify_all()
         return True
 
-    def _settle_here(self, run: _Running, outcome: Outcome) -> None:
+    def _settle_here(self, run: _Running, outcome: Outcome, seconds: float | None) -> None:
         """Record the outcome the handler's own thread reached. If the job was settled already
         (it timed out, or was released at shutdown), the late outcome is discarded and a
         transaction the handler opened is rolled back, here, on the thread that used it."""
@@ -401,13 +401,12 @@ class Worker:
             if conn is not None:
                 executor.discard_transaction(self.backend, run.job, conn)
             return
-        if conn is not None:
-            left = executor.settle_transaction(self.backend, run.job, outcome, conn)
-            if left is None:
-                self._on_acked([outcome], [])
-                return
-            outcome = left
-        self.completer.put(outcome)
+        left = self.pipeline.settle(run.ctx, outcome)
+        if left is None:
+            self._on_acked([outcome], [])
+        else:
+            self.completer.put(left)
+        self.pipeline.record(run.job, left or outcome, seconds)
 
     def _settle_elsewhere(self, run: _Running, outcome: Outcome) -> None:
         """Record an outcome decided off the handler's thread (a timeout, a shutdown release).
@@ -416,6 +415,7 @@ class Worker:
             if not self._mark_settled(run):
                 return
         self.completer.put(outcome)
+        self.pipeline.record(run.job, outcome, None)
 
     def _on_acked(self, outcomes: list[Outcome], stale: list[str]) -> None:
         with self._lock:
