@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck services bench clean
+.PHONY: demo test lint typecheck services bench clean install-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ typecheck: $(STAMP)
 
 test: $(STAMP) services lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# `pip install jobyard` without extras, then with each store's extra, in fresh venvs (.ci/run).
+install-check:
+	bash .ci/install-check
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py --backend sqlite

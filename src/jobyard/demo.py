@@ -208,6 +208,12 @@ def _run(
     start = time.monotonic()
     timed_out = crashed = False
     with _workers(url, workers, concurrency, where) as procs, progress:
+        # A worker process handles SIGTERM only once it has started; one still importing when
+        # the last job finishes (the other did all the work, on a loaded machine) would die of
+        # the signal instead of stopping cleanly. So no order is placed before all are ready.
+        ready = _wait_registered(shop, procs, start + deadline_s)
+        crashed = ready is False
+        timed_out = ready is None
 
         def refresh() -> None:
             now_finished = _finished(shop)
@@ -219,7 +225,7 @@ def _run(
                     t.done_at = time.monotonic()
 
         last = 0.0
-        for order_id in range(1, orders + 1):
+        for order_id in range(1, orders + 1 if ready else 1):
             order = _save_order(orders_db, order_id, rng)
             emails = by_queue["emails"].options(idempotency_key=f"order-{order_id}-confirmation")
             tally["emails"].ids.add(emails.enqueue(order_id, order["email"]).id)
@@ -231,7 +237,7 @@ def _run(
             if time.monotonic() - last > 0.1:
                 refresh()
                 last = time.monotonic()
-        while True:
+        while ready:
             refresh()
             if all(t.done_at is not None for t in tally.values()):
                 break
@@ -260,6 +266,19 @@ def _run(
         markup=False,
     )
     return 0 if all(c == 0 for c in codes) else 1
+
+
+def _wait_registered(shop: App, procs: list[Any], deadline: float) -> bool | None:
+    """Wait until every worker process is registered in the store (it registers once it is
+    started and handles signals). True when all are; False if one exited; None at the deadline."""
+    pids = {p.pid for p in procs}
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            return False
+        if pids <= {w.pid for w in shop.workers()}:
+            return True
+        time.sleep(0.05)
+    return None
 
 
 def _last_line(error: str | None) -> str:

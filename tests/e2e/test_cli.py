@@ -406,6 +406,33 @@ def test_demo_runs_to_the_closing_table(cli: Cli, tmp_path: Path) -> None:
     assert not list(tmp_path.glob("jobyard-demo-*"))  # the temporary store is gone
 
 
+SLOW_START = """
+import os, sys, time
+marker = os.environ.get("JOBYARD_TEST_SLOW_START")
+if marker and "worker" in sys.orig_argv:
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))  # the first worker starts at once
+    except FileExistsError:
+        time.sleep(4)  # the others are still starting when the first has done every job
+"""
+
+
+def test_demo_waits_for_a_slow_starting_worker(cli: Cli, tmp_path: Path) -> None:
+    # given: worker processes that start at very different speeds (as on a loaded machine)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_START)
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "JOBYARD_TEST_SLOW_START": str(tmp_path / "first-started")}
+
+    # when: the demo runs a few orders, which the first worker alone could finish quickly
+    done = cli("demo", "--orders", "5", "--db", str(tmp_path / "demo.db"), env=env, timeout=90)
+
+    # then: no worker is signalled before it is ready: every one stops cleanly
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "exit codes 0, 0" in done.stdout
+
+
 def test_demo_keeps_the_store_it_is_given(cli: Cli, tmp_path: Path) -> None:
     db = tmp_path / "kept" / "demo.db"
 

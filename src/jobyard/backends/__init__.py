@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import re
 
+from .._extras import MissingExtra
 from ..clock import Clock
 from ..errors import ConfigurationError
 from .base import Backend
@@ -46,6 +47,8 @@ def open_backend(url: str, clock: Clock) -> Backend:
     module_name, class_name, extra = SCHEMES[scheme]
     try:
         module = importlib.import_module(module_name)
+    except MissingExtra:
+        raise  # its message names the extra already
     except ImportError as exc:
         hint = f": pip install 'jobyard[{extra}]'" if extra else ""
         raise ConfigurationError(f"the {scheme}:// backend is not installed{hint} ({exc})") from exc
