@@ -13,6 +13,7 @@ from .backends import mask_url, open_backend
 from .backends.base import (
     DEFAULT_LEASE,
     Backend,
+    Consumer,
     Delivery,
     Inserted,
     JobsInsertParams,
@@ -24,6 +25,8 @@ from .backends.base import (
     Schedule,
     StatsParams,
     WorkerInfo,
+    as_foreign_queues,
+    as_transactional,
 )
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError, JobNotFound
@@ -52,7 +55,7 @@ class App:
         self.url = url or os.environ.get("JOBYARD_URL") or DEFAULT_URL
         self.clock: Clock = clock or SystemClock()
         self.registry: dict[str, JobFunction[Any, Any]] = {}
-        self.consumers: list[Any] = []  # Redis list and stream consumers started by workers
+        self.consumers: list[Consumer] = []  # list and stream consumers started by workers
         self.schedules: dict[str, Schedule] = {}
         self.hooks = Hooks()
         self._backend: Backend | None = None
@@ -175,7 +178,10 @@ class App:
         return self.by_name(name).enqueue(*args, **kwargs)
 
     def _insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:
-        inserted = self.backend.jobs_insert(JobsInsertParams(jobs, connection))
+        store = self.backend
+        if connection is not None:
+            store = as_transactional(store, "a transactional enqueue (connection=...)")
+        inserted = store.jobs_insert(JobsInsertParams(jobs, connection))
         self._enqueued(jobs, inserted)
         return [JobHandle(self, i.id, i.created) for i in inserted]
 
@@ -346,31 +352,23 @@ class App:
 
     # consumers of foreign Redis lists and streams ------------------------------------------------
 
-    def consume_list(self, key: str, handler: Callable[[Any], Any], **options: Any) -> Any:
+    def consume_list(self, key: str, handler: Callable[[Any], Any], **options: Any) -> Consumer:
         """Consume JSON entries that any Redis client pushed onto list ``key`` (Redis only).
         Workers started by :meth:`run_worker` run it. See ``ListConsumer`` for the options."""
-        from .backends.redis.consumers import ListConsumer
-
-        consumer = ListConsumer(self._redis_backend(), key, handler, **options)
+        store = as_foreign_queues(self.backend, "consume_list")
+        consumer = store.consumer_list(key, handler, **options)
         self.consumers.append(consumer)
         return consumer
 
-    def consume_stream(self, stream: str, handler: Callable[[Any], Any], **options: Any) -> Any:
+    def consume_stream(
+        self, stream: str, handler: Callable[[Any], Any], **options: Any
+    ) -> Consumer:
         """Consume a Redis stream with a consumer group (Redis only); ``reply=job_function``
         turns each handler result into a job. See ``StreamConsumer`` for the options."""
-        from .backends.redis.consumers import StreamConsumer
-
-        consumer = StreamConsumer(self._redis_backend(), stream, handler, **options)
+        store = as_foreign_queues(self.backend, "consume_stream")
+        consumer = store.consumer_stream(stream, handler, **options)
         self.consumers.append(consumer)
         return consumer
-
-    def _redis_backend(self) -> Any:
-        from .backends.redis.backend import RedisBackend
-
-        backend = self.backend
-        if not isinstance(backend, RedisBackend):
-            raise ConfigurationError("consume_list and consume_stream need a redis:// store")
-        return backend
 
     # workers -----------------------------------------------------------------------------------
 

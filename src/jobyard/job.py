@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from .backends.base import DEFAULT_LEASE, Delivery, JobRecord, JobsInsertParams, NewJob
+from .backends.base import (
+    DEFAULT_LEASE,
+    Delivery,
+    JobRecord,
+    JobsInsertParams,
+    NewJob,
+    as_transactional,
+)
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
@@ -359,10 +366,8 @@ class JobFunction(Generic[P, R]):
         new = self.opts.new_job(args, kwargs)
         conn = self.opts.connection
         if conn is not None and _is_async_connection(conn):
-            insert_async = getattr(self.app.backend, "jobs_insert_async", None)
-            if insert_async is None:
-                raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
-            (inserted,) = await insert_async(JobsInsertParams([new], conn))
+            store = as_transactional(self.app.backend, "a transactional enqueue (connection=...)")
+            (inserted,) = await store.jobs_insert_async(JobsInsertParams([new], conn))
             self.app._enqueued([new], [inserted])
             return JobHandle(self.app, inserted.id, inserted.created)
         handles = await asyncio.to_thread(self.app._insert, [new], conn)

@@ -15,11 +15,12 @@ Every timestamp crossing this interface is epoch seconds (float, UTC).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..clock import Clock
+from ..errors import ConfigurationError
 
 Delivery = Literal["at_least_once", "at_most_once"]
 OutcomeKind = Literal["completed", "retry", "failed", "release"]
@@ -390,3 +391,78 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release connections; safe to call twice."""
         ...
+
+
+# --- optional capabilities ---------------------------------------------------------------------
+#
+# What only some stores can do is declared here, as a Protocol a store satisfies by having the
+# methods, and checked here only, by the ``as_...`` functions below. The core never probes a store
+# for a method or names a store class.
+
+
+@runtime_checkable
+class TransactionalBackend(Backend, Protocol):
+    """A store that takes part in its caller's transaction (PostgreSQL): ``jobs_insert`` and
+    ``jobs_ack`` accept a caller's ``connection``, and it lends connections to handlers."""
+
+    async def jobs_insert_async(self, params: JobsInsertParams) -> list[Inserted]:
+        """:meth:`Backend.jobs_insert` on the caller's async connection (same statements)."""
+        ...
+
+    def connection_acquire(self) -> Any:
+        """A connection with a transaction open, lent to a handler
+        (``jobyard.current_job().connection``); give it back with :meth:`connection_release`."""
+        ...
+
+    def connection_release(self, conn: Any) -> None:
+        """Take back a lent connection (an open transaction is rolled back)."""
+        ...
+
+
+class Consumer(Protocol):
+    """A consumer of a foreign list or stream, run by the workers of its App."""
+
+    def start(self) -> None:
+        """Start consuming (safe to call twice)."""
+        ...
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop, letting running handlers finish within ``grace`` seconds (safe twice)."""
+        ...
+
+
+@runtime_checkable
+class ForeignQueueBackend(Backend, Protocol):
+    """A store that consumes the lists and streams other programs write into it (Redis)."""
+
+    def consumer_list(self, key: str, handler: Callable[[Any], Any], **options: Any) -> Consumer:
+        """A consumer of the JSON entries pushed onto list ``key``, not started."""
+        ...
+
+    def consumer_stream(
+        self, stream: str, handler: Callable[[Any], Any], **options: Any
+    ) -> Consumer:
+        """A consumer group reader of ``stream``, not started."""
+        ...
+
+
+def as_transactional(backend: Backend, feature: str) -> TransactionalBackend:
+    """``backend`` if it is a :class:`TransactionalBackend`, else one ConfigurationError."""
+    if isinstance(backend, TransactionalBackend):
+        return backend
+    raise _lacks(
+        backend, feature, "a store that takes part in the caller's transaction (PostgreSQL)"
+    )
+
+
+def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
+    """``backend`` if it is a :class:`ForeignQueueBackend`, else one ConfigurationError."""
+    if isinstance(backend, ForeignQueueBackend):
+        return backend
+    raise _lacks(
+        backend, feature, "a store that consumes lists and streams of other programs (Redis)"
+    )
+
+
+def _lacks(backend: Backend, feature: str, needs: str) -> ConfigurationError:
+    return ConfigurationError(f"{feature} needs {needs}; {backend.url} is not one")

@@ -15,8 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import Backend, ClaimedJob, JobsAckParams, Outcome
-from ..errors import ConfigurationError, Drop, Retry
+from ..backends.base import (
+    Backend,
+    ClaimedJob,
+    JobsAckParams,
+    Outcome,
+    as_transactional,
+)
+from ..errors import Drop, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
 from ..job import JobFunction, encode_result
 from ..retry import Backoff
@@ -55,10 +61,8 @@ class JobContext:
         it commit together with the job's completion, or roll back with its failure or with a
         lost lease: exactly-once effects for work in the same database."""
         if self._connection is None:
-            acquire = getattr(self.backend, "connection_acquire", None)
-            if acquire is None:
-                raise ConfigurationError("current_job().connection needs the PostgreSQL backend")
-            self._connection = acquire()
+            store = as_transactional(self.backend, "current_job().connection")
+            self._connection = store.connection_acquire()
         return self._connection
 
 
@@ -172,7 +176,8 @@ def settle_transaction(
     completion, or roll them back with any other outcome or a lost lease. Runs on the handler's
     own thread only, since a connection is never used by two threads. Returns None once the
     outcome is recorded, else the outcome the caller must still acknowledge the ordinary way."""
-    release = getattr(backend, "connection_release", None)
+    # Only a TransactionalBackend lends the connections these two functions settle.
+    release = as_transactional(backend, "a handler's connection").connection_release
     try:
         if outcome.kind == "completed":
             stale = backend.jobs_ack(JobsAckParams([outcome], connection=conn))
@@ -190,20 +195,19 @@ def settle_transaction(
             conn.rollback()
         return outcome if outcome.kind != "completed" else classify(job, exc)
     finally:
-        if release is not None:
-            release(conn)
+        release(conn)
 
 
 def discard_transaction(backend: Backend, job: ClaimedJob, conn: Any) -> None:
     """Roll back and return the connection of a handler whose outcome was settled without it
     (it timed out, or was released at shutdown): its late writes never commit."""
-    release = getattr(backend, "connection_release", None)
+    # Only a TransactionalBackend lends the connections these two functions settle.
+    release = as_transactional(backend, "a handler's connection").connection_release
     try:
         with contextlib.suppress(Exception):
             conn.rollback()
     finally:
-        if release is not None:
-            release(conn)
+        release(conn)
     log.warning("job %s: late handler's transaction rolled back", job.id)
 
 

@@ -69,7 +69,7 @@ from ..base import (
     WorkerInfo,
     WorkersBeatParams,
 )
-from . import _admin, _schedules
+from . import _admin, _schedules, consumers
 from ._connection import TRANSIENT, Scripts, call, make_client, parse_url
 from .keys import QUEUE_RE, Keys, parse_job_id
 from .keys import job_id as make_id
@@ -585,6 +585,20 @@ class RedisBackend:
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Move the schedule on and insert its job in one script, if the tick is still due."""
         return _schedules.fire(self, params)
+
+    # foreign lists and streams (ForeignQueueBackend)
+
+    def consumer_list(
+        self, key: str, handler: Callable[[Any], Any], **options: Any
+    ) -> consumers.ListConsumer:
+        """A :class:`~.consumers.ListConsumer` of list ``key``, not started."""
+        return consumers.ListConsumer(self, key, handler, **options)
+
+    def consumer_stream(
+        self, stream: str, handler: Callable[[Any], Any], **options: Any
+    ) -> consumers.StreamConsumer:
+        """A :class:`~.consumers.StreamConsumer` of ``stream``, not started."""
+        return consumers.StreamConsumer(self, stream, handler, **options)
 
     def close(self) -> None:
         """Close the connection pools (safe to call twice)."""

@@ -180,7 +180,7 @@ class ListConsumer(_Consumer):
     def __init__(
         self,
         backend: RedisBackend,
-        key_or_stream: str,
+        key: str,
         handler: Callable[[Any], Any],
         *,
         reliable: bool = True,
@@ -193,7 +193,6 @@ class ListConsumer(_Consumer):
         block: float = 1.0,
         sweep_interval: float | None = None,
     ) -> None:
-        key = key_or_stream
         if not isinstance(key, str) or not key:
             raise ConfigurationError("consume_list needs the list's key")
         if pop not in ("right", "left"):
@@ -403,7 +402,7 @@ class StreamConsumer(_Consumer):
     def __init__(
         self,
         backend: RedisBackend,
-        key_or_stream: str,
+        stream: str,
         handler: Callable[[Any], Any],
         *,
         group: str | None = None,
@@ -418,7 +417,7 @@ class StreamConsumer(_Consumer):
         block: float = 1.0,
         sweep_interval: float | None = None,
     ) -> None:
-        if not isinstance(key_or_stream, str) or not key_or_stream:
+        if not isinstance(stream, str) or not stream:
             raise ConfigurationError("consume_stream needs the stream's key")
         if not group:
             raise ConfigurationError("consume_stream needs group=: the consumer group's name")
@@ -434,7 +433,7 @@ class StreamConsumer(_Consumer):
             raise ConfigurationError("count must be at least 1")
         interval = min(min_idle / 4, 5.0) if sweep_interval is None else sweep_interval
         super().__init__(backend, block, interval)
-        self.stream = key_or_stream
+        self.stream = stream
         self.handler = handler
         self.group = group
         self.reply = reply
@@ -444,8 +443,8 @@ class StreamConsumer(_Consumer):
         self.field = field
         self.start_id = start_id
         self.count = count
-        self.dead = dead or dead_key(key_or_stream)
-        self.name = f"jobyard-stream-{key_or_stream}"
+        self.dead = dead or dead_key(stream)
+        self.name = f"jobyard-stream-{stream}"
         self._client = backend.binary_client()
         self._group_ready = False
 
