@@ -3,30 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
+from ._enqueue import Enqueue
 from .backends import mask_url, open_backend
 from .backends.base import (
     DEFAULT_LEASE,
     Backend,
     Consumer,
     Delivery,
-    Inserted,
-    JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
-    NewJob,
     QueueConfig,
     QueueStats,
     Schedule,
     StatsParams,
     WorkerInfo,
     as_foreign_queues,
-    as_transactional,
 )
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError, JobNotFound
@@ -60,6 +56,7 @@ class App:
         self.hooks = Hooks()
         self._backend: Backend | None = None
         self._lock = threading.Lock()
+        self._enqueue = Enqueue(lambda: self.backend, self.hooks)  # job functions' way down
         scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
         from .backends import SCHEMES
 
@@ -152,7 +149,7 @@ class App:
             )
             if opts.name in self.registry:
                 raise ConfigurationError(f"a job named {opts.name!r} is registered already")
-            jf: JobFunction[P, R] = JobFunction(self, f, opts)
+            jf: JobFunction[P, R] = JobFunction(f, opts, enqueue=self._enqueue, jobs=self)
             self.registry[opts.name] = jf
             return jf
 
@@ -168,7 +165,9 @@ class App:
         def no_local_handler(*args: Any, **kwargs: Any) -> Any:
             raise ConfigurationError(f"no handler registered for {name!r} in this process")
 
-        stub: JobFunction[..., Any] = JobFunction(self, no_local_handler, JobOptions(name=name))
+        stub: JobFunction[..., Any] = JobFunction(
+            no_local_handler, JobOptions(name=name), enqueue=self._enqueue, jobs=self
+        )
         return stub.options(**options) if options else stub
 
     # producer side -----------------------------------------------------------------------------
@@ -176,26 +175,6 @@ class App:
     def enqueue(self, name: str, /, *args: Any, **kwargs: Any) -> JobHandle:
         """Enqueue a job by name; the handler need not be registered in this process."""
         return self.by_name(name).enqueue(*args, **kwargs)
-
-    def _insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:
-        store = self.backend
-        if connection is not None:
-            store = as_transactional(store, "a transactional enqueue (connection=...)")
-        inserted = store.jobs_insert(JobsInsertParams(jobs, connection))
-        self._enqueued(jobs, inserted)
-        return [JobHandle(self, i.id, i.created) for i in inserted]
-
-    def _enqueued(self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]) -> None:
-        """Run the ``on_enqueue`` hooks for the jobs that were created (not found by key)."""
-        if not self.hooks.wants("on_enqueue"):
-            return
-        for new, got in zip(jobs, inserted, strict=True):
-            if got.created:
-                data = json.loads(new.payload)
-                event = EnqueueEvent(
-                    got.id, new.name, new.queue, tuple(data["args"]), data["kwargs"]
-                )
-                self.hooks.run("on_enqueue", event)
 
     # hooks -------------------------------------------------------------------------------------
 
@@ -342,9 +321,9 @@ class App:
 
     def sync_schedules(self) -> None:
         """Store this app's schedules, deactivating stored ones it no longer has."""
-        from .cron import sync
+        from .worker import recurring
 
-        sync(self.backend, self.schedules.values())
+        recurring.sync(self.backend, self.schedules.values())
 
     def scheduled(self) -> list[Schedule]:
         """The schedules stored, with their next and last runs."""
@@ -382,7 +361,16 @@ class App:
         ``concurrency`` defaults to 8, or 100 when every handler is async."""
         from .worker.worker import Worker
 
-        return Worker(self, queues=queues, concurrency=concurrency, **options)
+        return Worker(
+            self.backend,
+            self.registry,
+            queues,
+            concurrency,
+            hooks=self.hooks,
+            schedules=list(self.schedules.values()),
+            consumers=self.consumers,
+            **options,
+        )
 
     def run_worker(
         self,

@@ -1,5 +1,6 @@
 """The producer side: Job, JobHandle, Status, JobFunction and its options. No I/O here: a
-JobFunction hands every enqueue to its App."""
+JobFunction hands every enqueue down to its enqueue step (``_enqueue.py``), which calls the
+store; a handle reads its job back through the App, seen only as a :class:`JobReader`."""
 
 from __future__ import annotations
 
@@ -12,22 +13,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from .backends.base import (
-    DEFAULT_LEASE,
-    Delivery,
-    JobRecord,
-    JobsInsertParams,
-    NewJob,
-    as_transactional,
-)
+from ._enqueue import Enqueue
+from .backends.base import DEFAULT_LEASE, Delivery, Inserted, JobRecord, NewJob
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
-
-if TYPE_CHECKING:
-    from .app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,19 +114,27 @@ class Job:
         )
 
 
+class JobReader(Protocol):
+    """Where a handle reads its job from (the App)."""
+
+    def get(self, job_id: str) -> Job:
+        """The job with this id (``JobNotFound`` if there is none)."""
+        ...
+
+
 class JobHandle:
     """What enqueue returns: the job's id, and a way to wait for its outcome."""
 
-    __slots__ = ("_app", "created", "id")
+    __slots__ = ("_jobs", "created", "id")
 
-    def __init__(self, app: App, job_id: str, created: bool = True) -> None:
-        self._app = app
+    def __init__(self, jobs: JobReader, job_id: str, created: bool = True) -> None:
+        self._jobs = jobs
         self.id = job_id
         self.created = created  # False: an idempotency key returned an existing job
 
     def get(self) -> Job:
         """The job as stored now."""
-        return self._app.get(self.id)
+        return self._jobs.get(self.id)
 
     def result(self, timeout: float | None = None, poll: float = 0.02) -> Any:
         """Wait for the job to finish and return its result.
@@ -145,7 +145,7 @@ class JobHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll
         while True:
-            job = self._app.get(self.id)
+            job = self._jobs.get(self.id)
             if job.status == Status.COMPLETED:
                 return job.result
             if job.status == Status.FAILED:
@@ -281,22 +281,17 @@ def encode_result(value: Any) -> str:
         raise TypeError(f"the handler's result is not JSON serializable: {exc}") from None
 
 
-def _is_async_connection(conn: Any) -> bool:
-    """True for a psycopg ``AsyncConnection`` (psycopg is imported only if it already is)."""
-    import sys
-
-    psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(conn, psycopg.AsyncConnection)
-
-
 class JobFunction(Generic[P, R]):
     """A handler registered with ``@app.job``: call it directly, or enqueue it."""
 
-    def __init__(self, app: App, func: Callable[P, R], opts: JobOptions) -> None:
-        self.app = app
+    def __init__(
+        self, func: Callable[P, R], opts: JobOptions, *, enqueue: Enqueue, jobs: JobReader
+    ) -> None:
         self.func = func
         self.opts = opts
         self.is_async = inspect.iscoroutinefunction(func)
+        self._enqueue = enqueue  # the way down to the store
+        self._jobs = jobs  # where handles read their job back
         functools.update_wrapper(self, func)
 
     @property
@@ -344,34 +339,31 @@ class JobFunction(Generic[P, R]):
         }
         if run_at is not None:
             changes["run_at"] = run_at.timestamp() if isinstance(run_at, datetime) else run_at
-        return JobFunction(self.app, self.func, replace(self.opts, **changes))
+        return JobFunction(
+            self.func, replace(self.opts, **changes), enqueue=self._enqueue, jobs=self._jobs
+        )
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Put one job on the queue; returns at once with its handle."""
-        return self.app._insert([self.opts.new_job(args, kwargs)], self.opts.connection)[0]
+        new = self.opts.new_job(args, kwargs)
+        return self._handles(self._enqueue.insert([new], self.opts.connection))[0]
 
     def enqueue_many(
         self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
     ) -> list[JobHandle]:
         """Enqueue many calls, each ``(args, kwargs)``, in one round trip (all or nothing)."""
         jobs = [self.opts.new_job(args, kwargs) for args, kwargs in calls]
-        return self.app._insert(jobs, self.opts.connection) if jobs else []
+        return self._handles(self._enqueue.insert(jobs, self.opts.connection))
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """``enqueue`` for async code: the store call runs on a thread. With an async
         ``connection`` (a psycopg ``AsyncConnection``) the job joins that connection's
-        transaction, through the backend's ``jobs_insert_async``."""
-        import asyncio
-
+        transaction."""
         new = self.opts.new_job(args, kwargs)
-        conn = self.opts.connection
-        if conn is not None and _is_async_connection(conn):
-            store = as_transactional(self.app.backend, "a transactional enqueue (connection=...)")
-            (inserted,) = await store.jobs_insert_async(JobsInsertParams([new], conn))
-            self.app._enqueued([new], [inserted])
-            return JobHandle(self.app, inserted.id, inserted.created)
-        handles = await asyncio.to_thread(self.app._insert, [new], conn)
-        return handles[0]
+        return self._handles(await self._enqueue.insert_async([new], self.opts.connection))[0]
+
+    def _handles(self, inserted: list[Inserted]) -> list[JobHandle]:
+        return [JobHandle(self._jobs, i.id, i.created) for i in inserted]
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import jobyard
 from jobyard import cron, testing
 from jobyard.backends.base import SchedulesFireParams
+from jobyard.worker import recurring
 
 START = datetime(2027, 3, 1, 8, 59, 30, tzinfo=UTC).timestamp()
 
@@ -35,10 +36,10 @@ def test_a_schedule_fires_once_per_tick(
     app.sync_schedules()
     (sched,) = app.scheduled()
     assert sched.next_run_at == pytest.approx(START + 30)
-    assert cron.tick(app.backend) == []
+    assert recurring.tick(app.backend) == []
     frozen.advance(31)
-    assert cron.tick(app.backend) == ["daily-report"]
-    assert cron.tick(app.backend) == []  # the same tick never fires twice
+    assert recurring.tick(app.backend) == ["daily-report"]
+    assert recurring.tick(app.backend) == []  # the same tick never fires twice
     (job,) = testing.enqueued(app, "report")
     assert job.args == ("daily",) and job.queue == "reports"
     assert job.run_at.timestamp() == pytest.approx(START + 30)
@@ -65,7 +66,7 @@ def test_racing_workers_fire_a_tick_once(
 
     def race(a: jobyard.App) -> None:
         barrier.wait()
-        fired.append(cron.tick(a.backend))
+        fired.append(recurring.tick(a.backend))
 
     threads = [threading.Thread(target=race, args=(a,)) for a in apps]
     for t in threads:
@@ -116,7 +117,7 @@ def test_removed_schedules_are_deactivated(
     (sched,) = app.scheduled()
     assert not sched.active
     frozen.advance(120)
-    assert cron.tick(app.backend) == []
+    assert recurring.tick(app.backend) == []
 
 
 def test_missed_ticks_fire_once(
@@ -131,8 +132,8 @@ def test_missed_ticks_fire_once(
     app.schedule("* * * * *", ping)
     app.sync_schedules()
     frozen.advance(3600)  # an hour with no worker
-    assert cron.tick(app.backend) == ["ping"]
-    assert cron.tick(app.backend) == []
+    assert recurring.tick(app.backend) == ["ping"]
+    assert recurring.tick(app.backend) == []
     assert len(testing.enqueued(app, "ping")) == 1
     assert app.scheduled()[0].next_run_at == pytest.approx(START + 30 + 3600)
 
@@ -200,7 +201,7 @@ def test_schedule_arguments_never_collide_with_its_name(
         app.schedule("* * * * *", greet, "bob", name="wrong")  # type: ignore[arg-type]
     app.sync_schedules()
     frozen.advance(31)
-    assert cron.tick(app.backend) == ["greeter"]
+    assert recurring.tick(app.backend) == ["greeter"]
     (job,) = testing.enqueued(app, "greet")
     assert job.kwargs == {"name": "bob"}
     assert app.enqueue("greet", name="ann").created  # a job argument called name

@@ -32,6 +32,22 @@ def app(url: str) -> Iterator[jobyard.App]:
     app.close()
 
 
+def enqueue_as(app: jobyard.App, fn: jobyard.JobFunction, *args: object) -> jobyard.JobHandle:
+    """Enqueue on ``app`` a job of another App's ``fn``, with that job's own options
+    (at_most_once, its lease...), as a producer without the handler's code would."""
+    o = fn.opts
+    return app.by_name(
+        o.name,
+        queue=o.queue,
+        priority=o.priority,
+        max_attempts=o.max_attempts,
+        backoff=o.backoff,
+        timeout=o.timeout,
+        lease=o.lease,
+        delivery=o.delivery,
+    ).enqueue(*args)
+
+
 def kill_mid_handler(
     spawn_worker: Callable[..., WorkerProcess], url: str, queue: str, sink: Path, tag: str
 ) -> None:
@@ -44,8 +60,7 @@ def kill_mid_handler(
 def test_at_most_once_loses_the_job_of_a_killed_worker_and_says_so(
     app: jobyard.App, url: str, spawn_worker: Callable[..., WorkerProcess], sink: Path
 ) -> None:
-    # the job's own options (at_most_once, its lease): by_name cannot set delivery
-    (handle,) = app._insert([apps.fire_once.opts.new_job(("amo", 60), {})])
+    handle = enqueue_as(app, apps.fire_once, "amo", 60)
     kill_mid_handler(spawn_worker, url, "amo", sink, "amo")
     spawn_worker(url, "-q", "amo", "-c", "1", "--reap-interval", "0.2", app_ref=APP)
     with pytest.raises(jobyard.JobFailed, match="at_most_once"):
@@ -58,7 +73,7 @@ def test_at_most_once_loses_the_job_of_a_killed_worker_and_says_so(
 def test_at_least_once_runs_the_job_of_a_killed_worker_again(
     app: jobyard.App, url: str, spawn_worker: Callable[..., WorkerProcess], sink: Path
 ) -> None:
-    (handle,) = app._insert([apps.hang_first.opts.new_job(("alo", 60), {})])
+    handle = enqueue_as(app, apps.hang_first, "alo", 60)
     kill_mid_handler(spawn_worker, url, "alo", sink, "alo")
     spawn_worker(url, "-q", "alo", "-c", "1", "--reap-interval", "0.2", app_ref=APP)
     assert handle.result(timeout=30) == "second"

@@ -8,7 +8,6 @@ import random
 import threading
 from collections.abc import Callable
 
-from .. import cron
 from ..backends.base import (
     Backend,
     JobsPurgeParams,
@@ -16,6 +15,7 @@ from ..backends.base import (
     WorkerInfo,
     WorkersBeatParams,
 )
+from . import recurring
 
 log = logging.getLogger("jobyard.worker")
 
@@ -93,7 +93,7 @@ class Maintenance:
         for job in self.backend.leases_reap(LeasesReapParams()):
             log.warning("job %s: lease lapsed (its worker is gone); now %s", job.id, job.status)
         if self.schedules:
-            cron.tick(self.backend)
+            recurring.tick(self.backend)
         self._beats += 1
         if self._beats % self._every == 0:
             self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=30.0))

@@ -25,18 +25,25 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..backends.base import ClaimedJob, JobsAckParams, LeasesRenewParams, Outcome, WorkerInfo
-from ..job import check_name
-from . import executor
+from ..backends.base import (
+    Backend,
+    ClaimedJob,
+    Consumer,
+    JobsAckParams,
+    LeasesRenewParams,
+    Outcome,
+    Schedule,
+    WorkerInfo,
+)
+from ..hooks import Hooks
+from ..job import JobFunction, check_name
+from . import executor, recurring
 from ._slots import HOLD, Pace
 from .completer import Completer
 from .maintenance import Maintenance, Ticker
 from .producer import Producer
-
-if TYPE_CHECKING:
-    from ..app import App
 
 log = logging.getLogger("jobyard.worker")
 EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
@@ -72,10 +79,14 @@ class Worker:
 
     def __init__(
         self,
-        app: App,
+        backend: Backend,
+        registry: dict[str, JobFunction[Any, Any]],
         queues: Sequence[str] | None = None,
         concurrency: int | None = None,
         *,
+        hooks: Hooks | None = None,
+        schedules: Sequence[Schedule] = (),
+        consumers: Sequence[Consumer] = (),
         grace: float = 30.0,
         prefetch: int | None = None,
         hold: float = HOLD,
@@ -84,14 +95,16 @@ class Worker:
         retention: float | None = None,
         worker_id: str | None = None,
     ) -> None:
-        handlers = list(app.registry.values())
+        handlers = list(registry.values())
         all_async = bool(handlers) and all(jf.is_async for jf in handlers)
         if concurrency is None:
             concurrency = 100 if all_async else 8
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        self.app = app
-        self.backend = app.backend
+        self.backend = backend
+        self.registry = registry  # job name -> handler
+        self.schedules = schedules  # synced at start, ticked by maintenance
+        self.consumers = consumers  # of foreign lists and streams, run beside the jobs
         names = list(queues) if queues else sorted({jf.opts.queue for jf in handlers})
         self.queues = tuple(check_name("queue", q) for q in (names or ["default"]))
         self.concurrency = concurrency
@@ -128,7 +141,7 @@ class Worker:
         self._tasks: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.pipeline = executor.Pipeline(self.backend, app.registry, app.hooks, self.id)
+        self.pipeline = executor.Pipeline(self.backend, registry, hooks or Hooks(), self.id)
         self.producer = Producer(
             self.backend,
             self.id,
@@ -142,7 +155,7 @@ class Worker:
         self.completer = Completer(self.backend, self._on_acked, self._halt)
         self.heartbeat = Ticker("jobyard-heartbeat", 0.05, self._heartbeat)
         self.maintenance = Maintenance(
-            self.backend, self.info, reap_interval, retention, schedules=bool(app.schedules)
+            self.backend, self.info, reap_interval, retention, schedules=bool(schedules)
         )
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -158,7 +171,7 @@ class Worker:
             )
             t.start()
             self._threads.append(t)
-        if any(jf.is_async for jf in self.app.registry.values()):
+        if any(jf.is_async for jf in self.registry.values()):
             loop = asyncio.new_event_loop()
             t = threading.Thread(target=loop.run_forever, name="jobyard-asyncio", daemon=True)
             t.start()
@@ -166,12 +179,12 @@ class Worker:
         now = self.backend.clock_now()  # the store's clock, as every other time it keeps
         self.info = dataclasses.replace(self.info, started_at=now, last_seen=now)
         self.maintenance.info = self.info
-        if self.app.schedules:
-            self.app.sync_schedules()
+        if self.schedules:
+            recurring.sync(self.backend, self.schedules)
         self.completer.start()
         self.heartbeat.start()
         self.maintenance.start()
-        for consumer in self.app.consumers:
+        for consumer in self.consumers:
             consumer.start()
         self.producer.start()
         log.info(
@@ -191,7 +204,7 @@ class Worker:
         # A claim in flight finishes first; what it brings back is released at once (_dispatch).
         self.producer.stop(timeout=grace + 30.0)
         self._release_unsettled(started=False)  # buffered jobs go back now, not after the grace
-        for consumer in self.app.consumers:
+        for consumer in self.consumers:
             consumer.stop(grace)
         deadline = time.monotonic() + grace
         with self._idle:
@@ -278,7 +291,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.backend.jobs_ack(JobsAckParams(back))
             return
-        registry = self.app.registry
+        registry = self.registry
         on_loop: list[_Running] = []
         with self._lock:
             for job in jobs:

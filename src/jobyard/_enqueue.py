@@ -1,0 +1,68 @@
+"""The one way a job goes down to the store: a job function builds the :class:`NewJob` rows, this
+step hands them to the store and runs the ``on_enqueue`` hooks for the jobs it created, and the
+job function turns what comes back into handles.
+
+Nothing below this step calls back up: it knows the store (opened lazily, through the callable
+the App gives it) and nothing of the App, its registry or its handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .backends.base import Backend, Inserted, JobsInsertParams, NewJob, as_transactional
+from .hooks import EnqueueEvent, Hooks
+
+TRANSACTIONAL_ENQUEUE = "a transactional enqueue (connection=...)"
+
+
+class Enqueue:
+    """Insert jobs, on the store's own connection or inside a caller's transaction."""
+
+    def __init__(self, store: Callable[[], Backend], hooks: Hooks) -> None:
+        self._store = store
+        self._hooks = hooks
+
+    def insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[Inserted]:
+        """Insert ``jobs`` in one round trip (all or nothing); ``connection``: the caller's
+        transaction, on a store that can join it."""
+        if not jobs:
+            return []
+        store = self._store()
+        if connection is not None:
+            store = as_transactional(store, TRANSACTIONAL_ENQUEUE)
+        inserted = store.jobs_insert(JobsInsertParams(jobs, connection))
+        self._enqueued(jobs, inserted)
+        return inserted
+
+    async def insert_async(self, jobs: Sequence[NewJob], connection: Any = None) -> list[Inserted]:
+        """:meth:`insert` for async code: on a thread, or with an async ``connection`` (a psycopg
+        ``AsyncConnection``) inside that connection's transaction, on the event loop."""
+        if connection is not None and _is_async_connection(connection):
+            store = as_transactional(self._store(), TRANSACTIONAL_ENQUEUE)
+            inserted = await store.jobs_insert_async(JobsInsertParams(jobs, connection))
+            self._enqueued(jobs, inserted)
+            return inserted
+        return await asyncio.to_thread(self.insert, jobs, connection)
+
+    def _enqueued(self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]) -> None:
+        """Run the ``on_enqueue`` hooks for the jobs that were created (not found by key)."""
+        if not self._hooks.wants("on_enqueue"):
+            return
+        for new, got in zip(jobs, inserted, strict=True):
+            if got.created:
+                data = json.loads(new.payload)
+                event = EnqueueEvent(
+                    got.id, new.name, new.queue, tuple(data["args"]), data["kwargs"]
+                )
+                self._hooks.run("on_enqueue", event)
+
+
+def _is_async_connection(conn: Any) -> bool:
+    """True for a psycopg ``AsyncConnection`` (psycopg is looked at only if it is imported)."""
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(conn, psycopg.AsyncConnection)

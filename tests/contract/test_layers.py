@@ -1,0 +1,59 @@
+"""One-way doors between the layers (docs/architecture.md): read from the source's imports, so a
+call climbing back up cannot come back unnoticed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import jobyard
+
+SRC = Path(jobyard.__file__).parent
+
+
+def imported(path: Path) -> set[str]:
+    """Every jobyard module ``path`` imports, anywhere in it (TYPE_CHECKING blocks included)."""
+    package = ".".join(("jobyard", *path.relative_to(SRC).with_suffix("").parts[:-1]))
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n for n in names if n == "jobyard" or n.startswith("jobyard.")}
+
+
+def modules(*globs: str) -> list[Path]:
+    return sorted(p for g in globs for p in SRC.glob(g))
+
+
+@pytest.mark.parametrize(
+    "path",
+    modules("job.py", "_enqueue.py", "cron.py", "retry.py", "errors.py", "backends/**/*.py"),
+    ids=lambda p: str(p.relative_to(SRC)),
+)
+def test_the_lower_layers_never_import_the_app(path: Path) -> None:
+    assert not {m for m in imported(path) if m.startswith("jobyard.app")}
+
+
+@pytest.mark.parametrize("path", modules("backends/**/*.py"), ids=lambda p: str(p.relative_to(SRC)))
+def test_stores_know_nothing_of_workers_or_handlers(path: Path) -> None:
+    above = ("jobyard.worker", "jobyard.job", "jobyard.retry", "jobyard.testing", "jobyard.cli")
+    assert not {m for m in imported(path) if m.startswith(above)}
+
+
+def test_cron_holds_rules_only() -> None:
+    assert not {m for m in imported(SRC / "cron.py") if m.startswith("jobyard.backends")}
+
+
+@pytest.mark.parametrize("path", modules("worker/*.py"), ids=lambda p: p.name)
+def test_the_worker_is_handed_what_it_needs(path: Path) -> None:
+    # The process supervisor loads the App in a fresh child process (by its module:attribute
+    # reference): the only import of the App below it.
+    allowed = {"jobyard.app", "jobyard.app.load_app"} if path.name == "worker.py" else set()
+    assert {m for m in imported(path) if m.startswith("jobyard.app")} <= allowed
