@@ -12,6 +12,7 @@ from ._enqueue import Enqueue
 from .backends import mask_url, open_backend
 from .backends.base import (
     DEFAULT_LEASE,
+    FINISHED,
     Backend,
     Consumer,
     Delivery,
@@ -235,7 +236,7 @@ class App:
 
     def purge(
         self,
-        statuses: Sequence[str] = ("completed", "failed", "cancelled"),
+        statuses: Sequence[str] = FINISHED,
         older_than: float = 0.0,
         queue: str | None = None,
     ) -> int:

@@ -34,7 +34,7 @@ from ._cli_format import (
 )
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import STATUSES
+from .backends.base import FINISHED, STATUSES
 from .clock import to_datetime
 from .errors import (
     ConfigurationError,
@@ -47,7 +47,6 @@ from .job import check_name
 
 log = logging.getLogger("jobyard.cli")
 
-FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")
 LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1

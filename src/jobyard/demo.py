@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .app import App
+from .backends.base import FINISHED
 from .job import Job
 from .retry import Backoff
 from .worker.executor import current_job
@@ -287,10 +288,7 @@ def _last_line(error: str | None) -> str:
 
 
 def _finished(shop: App) -> dict[str, int]:
-    return {
-        s.queue: sum(s.counts.get(k, 0) for k in ("completed", "failed", "cancelled"))
-        for s in shop.stats(QUEUES)
-    }
+    return {s.queue: sum(s.counts.get(k, 0) for k in FINISHED) for s in shop.stats(QUEUES)}
 
 
 def _this_run(shop: App, tally: dict[str, _Tally]) -> dict[str, list[Job]]:

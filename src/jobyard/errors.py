@@ -27,6 +27,11 @@ class QueueFull(JobyardError):
 class DuplicateJob(JobyardError):
     """A re-drive was refused because another job holds the same idempotency key."""
 
+    @classmethod
+    def key_held(cls, job_id: str, holder: str) -> DuplicateJob:
+        """``retry(job_id)`` refused: pending or running job ``holder`` holds its key."""
+        return cls(f"job {job_id} cannot be retried: job {holder} holds its idempotency key")
+
 
 class JobNotFound(JobyardError, KeyError):
     """No job with this id exists in the store."""
@@ -36,7 +41,19 @@ class JobNotFound(JobyardError, KeyError):
 
 
 class InvalidTransition(JobyardError):
-    """The job is not in a state that allows the requested change (cancel a running job...)."""
+    """The job is not in a state that allows the requested change (cancel a running job...).
+
+    Every store refuses a move with the same words: build it with the constructors below."""
+
+    @classmethod
+    def cannot_cancel(cls, job_id: str, status: str) -> InvalidTransition:
+        """``cancel(job_id)`` refused: only a pending job can be cancelled."""
+        return cls(f"job {job_id} is {status}: only pending jobs can be cancelled")
+
+    @classmethod
+    def cannot_retry(cls, job_id: str, status: str) -> InvalidTransition:
+        """``retry(job_id)`` refused: only a failed or cancelled job can be retried."""
+        return cls(f"job {job_id} is {status}: only failed or cancelled jobs can be retried")
 
 
 class JobFailed(JobyardError):

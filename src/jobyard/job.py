@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._enqueue import Enqueue
-from .backends.base import DEFAULT_LEASE, Delivery, Inserted, JobRecord, NewJob
+from .backends.base import DEFAULT_LEASE, FINISHED, Delivery, Inserted, JobRecord, NewJob
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
@@ -49,7 +49,7 @@ class Status(enum.StrEnum):
     @property
     def finished(self) -> bool:
         """True for the states a job never leaves on its own."""
-        return self in (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+        return self.value in FINISHED
 
 
 @dataclass(frozen=True, slots=True)

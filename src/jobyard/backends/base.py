@@ -26,6 +26,9 @@ Delivery = Literal["at_least_once", "at_most_once"]
 OutcomeKind = Literal["completed", "retry", "failed", "release"]
 
 STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
+FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")  # a job never leaves these
+ACTIVE: tuple[str, ...] = ("pending", "running")  # where an idempotency key is held
+REDRIVABLE: tuple[str, ...] = ("failed", "cancelled")  # what retry(id) moves back to pending
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_LEASE = 30.0
 LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing it"
@@ -220,11 +223,19 @@ class JobsListParams:
 
 @dataclass(frozen=True, slots=True)
 class JobsPurgeParams:
-    """Delete finished jobs. ``statuses`` may only name finished states."""
+    """Delete finished jobs. ``statuses`` may only name finished states (ValueError otherwise);
+    each is kept once, in the order given."""
 
-    statuses: Sequence[str] = ("completed", "failed", "cancelled")
+    statuses: Sequence[str] = FINISHED
     older_than: float = 0.0  # seconds before now, judged by finished_at
     queue: str | None = None
+
+    def __post_init__(self) -> None:
+        statuses = tuple(dict.fromkeys(self.statuses))
+        bad = [s for s in statuses if s not in FINISHED]
+        if bad:
+            raise ValueError(f"only finished jobs ({', '.join(FINISHED)}) can be purged, not {bad}")
+        object.__setattr__(self, "statuses", statuses)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 from ..clock import Clock
 from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
 from .base import (
+    ACTIVE,
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
+    REDRIVABLE,
     STATUSES,
     ClaimedJob,
     Inserted,
@@ -40,9 +42,6 @@ from .base import (
     WorkerInfo,
     WorkersBeatParams,
 )
-
-FINISHED = frozenset({"completed", "failed", "cancelled"})
-ACTIVE = frozenset({"pending", "running"})
 
 
 @dataclass(slots=True)
@@ -190,9 +189,7 @@ class MemoryBackend:
         with self._lock:
             row = self._row(job_id)
             if row.rec.status != "pending":
-                raise InvalidTransition(
-                    f"job {job_id} is {row.rec.status}: only pending jobs cancel"
-                )
+                raise InvalidTransition.cannot_cancel(job_id, row.rec.status)
             row.rec = replace(row.rec, status="cancelled", finished_at=self._now())
             return row.rec
 
@@ -200,15 +197,11 @@ class MemoryBackend:
         """Failed or cancelled -> pending, attempts reset."""
         with self._lock:
             row = self._row(job_id)
-            if row.rec.status not in ("failed", "cancelled"):
-                raise InvalidTransition(
-                    f"job {job_id} is {row.rec.status}: only failed or cancelled jobs retry"
-                )
+            if row.rec.status not in REDRIVABLE:
+                raise InvalidTransition.cannot_retry(job_id, row.rec.status)
             held = self._holder(row.rec.queue, row.rec.idempotency_key)
             if held is not None:
-                raise DuplicateJob(
-                    f"job {held} holds idempotency key {row.rec.idempotency_key!r} already"
-                )
+                raise DuplicateJob.key_held(job_id, held)
             row.rec = replace(
                 row.rec,
                 status="pending",
@@ -223,9 +216,6 @@ class MemoryBackend:
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
         """Delete finished jobs older than the limit."""
-        bad = set(params.statuses) - FINISHED
-        if bad:
-            raise ValueError(f"only finished jobs can be purged, not {sorted(bad)}")
         with self._lock:
             limit = self._now() - params.older_than
             doomed = [

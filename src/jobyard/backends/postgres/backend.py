@@ -72,7 +72,6 @@ _rng = random.Random()  # jitter without touching the global random state
 Conn = psycopg.Connection[Any]
 Row = tuple[Any, ...]
 
-FINISHED = ("completed", "failed", "cancelled")
 RECONNECTS = 3  # retries of a statement whose connection was lost under it
 _ID_RE = re.compile(r"^[0-9]{1,19}$")
 _MAX_ID = 2**63 - 1
@@ -393,7 +392,7 @@ class PostgresBackend:
             raise JobNotFound(job_id)
         done, rec = rows[0][0], _record(rows[0][1:])
         if not done:
-            raise InvalidTransition(f"job {job_id} is {rec.status}: only pending jobs cancel")
+            raise InvalidTransition.cannot_cancel(job_id, rec.status)
         return rec
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -408,20 +407,13 @@ class PostgresBackend:
             raise JobNotFound(job_id)
         verdict, holder, rec = rows[0][0], rows[0][1], _record(rows[0][2:])
         if verdict == "duplicate":
-            raise DuplicateJob(
-                f"job {holder} holds idempotency key {rec.idempotency_key!r} already"
-            )
+            raise DuplicateJob.key_held(job_id, str(holder))
         if verdict != "ok":
-            raise InvalidTransition(
-                f"job {job_id} is {rec.status}: only failed or cancelled jobs retry"
-            )
+            raise InvalidTransition.cannot_retry(job_id, rec.status)
         return rec
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
         """Delete finished jobs; the number deleted. Only the finished partitions are read."""
-        bad = set(params.statuses) - set(FINISHED)
-        if bad:
-            raise ValueError(f"only finished jobs can be purged, not {sorted(bad)}")
         if not params.statuses:
             return 0
         args = {

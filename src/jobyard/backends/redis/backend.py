@@ -75,7 +75,6 @@ from .keys import QUEUE_RE, Keys, parse_job_id
 from .keys import job_id as make_id
 
 T = TypeVar("T")
-FINISHED = ("completed", "failed", "cancelled")
 PURGE_BATCH = 1000
 
 
@@ -326,7 +325,7 @@ class RedisBackend:
         if reply[0] == "missing":
             raise JobNotFound(job_id)
         if reply[0] == "status":
-            raise InvalidTransition(f"job {job_id} is {reply[1]}: only pending jobs cancel")
+            raise InvalidTransition.cannot_cancel(job_id, reply[1])
         return _record(queue, n, _pairs(reply[1:]))
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -339,22 +338,15 @@ class RedisBackend:
         if reply[0] == "missing":
             raise JobNotFound(job_id)
         if reply[0] == "status":
-            raise InvalidTransition(
-                f"job {job_id} is {reply[1]}: only failed or cancelled jobs retry"
-            )
+            raise InvalidTransition.cannot_retry(job_id, reply[1])
         if reply[0] == "dup":
-            raise DuplicateJob(
-                f"job {make_id(queue, reply[1])} holds the idempotency key of job {job_id} already"
-            )
+            raise DuplicateJob.key_held(job_id, make_id(queue, reply[1]))
         if self.cluster:
             self._wake_after({queue: 1})
         return _record(queue, n, _pairs(reply[1:]))
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
         """Delete finished jobs whose finished_at <= now - older_than."""
-        bad = sorted(set(params.statuses) - set(FINISHED))
-        if bad:
-            raise ValueError(f"only finished jobs can be purged, not {bad}")
         if not params.statuses:
             return 0
         if params.queue is not None:

@@ -40,6 +40,7 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
+    REDRIVABLE,
     STATUSES,
     ClaimedJob,
     Inserted,
@@ -68,7 +69,6 @@ from ._connection import Connections, parse_url, read, write
 from ._shared import Shared, shared_for
 from ._sql import migrations, queries
 
-FINISHED = frozenset({"completed", "failed", "cancelled"})
 _ACK_QUERIES = {
     "completed": "jobs_ack_completed",
     "retry": "jobs_ack_retry",
@@ -271,9 +271,7 @@ class SQLiteBackend:
                 status = conn.execute(self._q["jobs_status"], {"id": key}).fetchone()
                 if status is None:
                     raise JobNotFound(job_id)
-                raise InvalidTransition(
-                    f"job {job_id} is {status[0]}: only pending jobs can be cancelled"
-                )
+                raise InvalidTransition.cannot_cancel(job_id, status[0])
         return _rows.record(row)
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -287,31 +285,21 @@ class SQLiteBackend:
             if row is None:
                 raise JobNotFound(job_id)
             rec = _rows.record(row)
-            if rec.status not in ("failed", "cancelled"):
-                raise InvalidTransition(
-                    f"job {job_id} is {rec.status}: only failed or cancelled jobs can be retried"
-                )
+            if rec.status not in REDRIVABLE:
+                raise InvalidTransition.cannot_retry(job_id, rec.status)
             if rec.idempotency_key is not None:
                 holder = conn.execute(
                     q["jobs_holder"], {"queue": rec.queue, "idempotency_key": rec.idempotency_key}
                 ).fetchone()
                 if holder is not None:
-                    raise DuplicateJob(
-                        f"job {holder[0]} of queue {rec.queue!r} holds idempotency key "
-                        f"{rec.idempotency_key!r}: job {job_id} cannot be retried while it does"
-                    )
+                    raise DuplicateJob.key_held(job_id, str(holder[0]))
             row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
         self._shared.notify((rec.queue,))
         return _rows.record(row)
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
         """Delete finished jobs older than ``older_than`` seconds; how many."""
-        statuses = list(dict.fromkeys(params.statuses))
-        bad = [s for s in statuses if s not in FINISHED]
-        if bad:
-            raise ValueError(
-                f"only finished jobs (completed, failed, cancelled) can be purged, not {bad}"
-            )
+        statuses = list(params.statuses)
         if not statuses:
             return 0
         with self._writing() as conn:
