@@ -48,6 +48,27 @@ def test_a_schedule_fires_once_per_tick(
     assert sched.next_run_at == pytest.approx(START + 30 + 86400)  # Tuesday 09:00
 
 
+def test_a_fired_job_carries_the_tick_key_unless_its_job_has_one(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    app = make_app(frozen)
+
+    @app.job(queue="reports")
+    def report(kind: str) -> str:
+        return kind
+
+    app.schedule("0 9 * * 1-5", report, ["daily"], name="daily-report")
+    app.schedule("0 9 * * 1-5", report.options(idempotency_key="weekly"), ["weekly"], name="w")
+    app.sync_schedules()
+    frozen.advance(31)
+
+    assert sorted(recurring.tick(app.backend)) == ["daily-report", "w"]
+
+    keys = {job.args[0]: job.idempotency_key for job in testing.enqueued(app, "report")}
+    (sched,) = [s for s in app.scheduled() if s.name == "daily-report"]
+    assert keys == {"daily": f"cron:daily-report:{sched.last_run_at!r}", "weekly": "weekly"}
+
+
 def test_racing_workers_fire_a_tick_once(
     make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
 ) -> None:

@@ -287,11 +287,20 @@ class SchedulesSyncParams:
 class SchedulesFireParams:
     """Fire one tick: only if the schedule's stored next_run_at still equals ``fire_at``, move it
     to ``next_at`` and insert the schedule's job, atomically. Of many workers firing the same
-    tick, exactly one succeeds."""
+    tick, exactly one succeeds.
+
+    The inserted job carries ``idempotency_key``: the schedule job's own key when it has one,
+    else the tick's, ``cron:<name>:<fire_at>`` (filled in here when left out), so a tick that
+    somehow fires twice still makes one job."""
 
     name: str
     fire_at: float
     next_at: float
+    idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.idempotency_key is None:
+            object.__setattr__(self, "idempotency_key", f"cron:{self.name}:{self.fire_at!r}")
 
 
 # --- the protocol ------------------------------------------------------------------------------

@@ -459,8 +459,7 @@ class MemoryBackend:
             ):
                 return None
             job = sched.job
-            key = job.idempotency_key or f"cron:{sched.name}:{params.fire_at!r}"
-            job = replace(job, run_at=params.fire_at, idempotency_key=key)
+            job = replace(job, run_at=params.fire_at, idempotency_key=params.idempotency_key)
             (inserted,) = self.jobs_insert(JobsInsertParams([job]))  # raises QueueFull: no change
             self._schedules[sched.name] = replace(
                 sched, next_run_at=params.next_at, last_run_at=params.fire_at

@@ -38,7 +38,9 @@ def tick(backend: Backend) -> list[str]:
         due = sched.next_run_at
         if not sched.active or due is None or due > now:
             continue
-        params = SchedulesFireParams(sched.name, due, next_tick(sched.cron, max(now, due)))
+        params = SchedulesFireParams(
+            sched.name, due, next_tick(sched.cron, max(now, due)), sched.job.idempotency_key
+        )
         try:
             inserted = backend.schedules_fire(params)
         except QueueFull as exc:

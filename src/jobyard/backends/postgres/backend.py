@@ -648,8 +648,9 @@ class PostgresBackend:
                 if not rows:
                     return None
                 job = decode_job(rows[0][0])
-                key = job.idempotency_key or f"cron:{params.name}:{params.fire_at!r}"
-                job = dataclasses.replace(job, run_at=params.fire_at, idempotency_key=key)
+                job = dataclasses.replace(
+                    job, run_at=params.fire_at, idempotency_key=params.idempotency_key
+                )
                 (lock, lock_args), (insert, insert_args) = self._insert_steps([job])
                 conn.execute(lock, lock_args)
                 return self._inserted(conn.execute(insert, insert_args).fetchall())[0]

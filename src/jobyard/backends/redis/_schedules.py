@@ -137,7 +137,7 @@ def fire(b: RedisBackend, params: SchedulesFireParams) -> Inserted | None:
         b._now(),
         repr(float(params.fire_at)),
         repr(float(params.next_at)),
-        f"cron:{params.name}:{params.fire_at!r}",
+        params.idempotency_key or "",
         first,
         "" if b.cluster else "1",
         str(DEFAULT_MAX_ATTEMPTS),

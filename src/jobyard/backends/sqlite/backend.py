@@ -558,8 +558,9 @@ class SQLiteBackend:
             if row is None:
                 return None
             job = _rows.job_from_json(row[0])
-            key = job.idempotency_key or f"cron:{params.name}:{params.fire_at!r}"
-            job = dataclasses.replace(job, run_at=params.fire_at, idempotency_key=key)
+            job = dataclasses.replace(
+                job, run_at=params.fire_at, idempotency_key=params.idempotency_key
+            )
             # QueueFull propagates and rolls back the advance with the insert: the tick stays
             # due and fires once the queue has room.
             (inserted,), touched = self._insert(conn, self._now(conn), [job])

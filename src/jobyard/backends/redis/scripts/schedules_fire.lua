@@ -6,7 +6,7 @@
 --       ARGV[6] is "1" (a single Redis node): the job sequence, the queue registry set and the
 --       queue's wake list.
 -- ARGV: [1] now, "" = Redis TIME   [2] fire_at (the tick)   [3] next_at (the following tick)
---       [4] the idempotency key to use when the job has none   [5] a reserved job number, "" =
+--       [4] the job's idempotency key (decided by the caller)   [5] a reserved job number, "" =
 --       take one from the sequence key   [6] "1" = the global keys follow
 --       [7] default max_attempts
 -- Touches: the schedule hash (next_run_at, last_run_at); what jobs_insert.lua touches.
@@ -25,7 +25,7 @@ local job = cjson.decode(s[3]) -- [name, payload, priority, max_attempts, backof
                                --  lease, delivery, idempotency_key, parent_id]
 local row = {
   1, job[1], job[2], job[3], 0, fire_at, job[4], job[5], job[6], job[7], job[8],
-  nz(job[9]) or ARGV[4], job[10],
+  ARGV[4], job[10],
 }
 local o = {
   now = now_from(ARGV[1]),
