@@ -117,3 +117,17 @@ def test_purging_unfinished_jobs_is_refused() -> None:
         "only finished jobs (completed, failed, cancelled) can be purged, "
         "not ['pending', 'running']"
     )
+
+
+@pytest.mark.parametrize("near", ["{id}\n", " {id}", "{id}.0", "+{id}", "{id}٣", "9" * 30])
+def test_only_a_job_id_itself_names_the_job(
+    app: jobyard.App, work: jobyard.JobFunction, near: str
+) -> None:
+    job_id = work.enqueue().id
+    lookalike = near.format(id=job_id)
+
+    with pytest.raises(jobyard.JobNotFound):
+        app.get(lookalike)
+    with pytest.raises(jobyard.JobNotFound):
+        app.cancel(lookalike)
+    assert app.get(job_id).status == "pending"

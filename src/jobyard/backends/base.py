@@ -15,6 +15,8 @@ Every timestamp crossing this interface is epoch seconds (float, UTC).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -134,6 +136,20 @@ class NewJob:
     delivery: Delivery = "at_least_once"
     idempotency_key: str | None = None
     parent_id: str | None = None
+
+    def to_json(self) -> str:
+        """The job as a store keeps it (a schedule's job): JSON with sorted keys, so equal jobs
+        are equal text and a store can compare them as text."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> NewJob:
+        """The inverse of :meth:`to_json`; fields this version does not know are ignored."""
+        data = json.loads(text)
+        return cls(**{k: v for k, v in data.items() if k in _NEW_JOB_FIELDS})
+
+
+_NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from importlib import resources
 
-_BLOCK = re.compile(r"^-- name: (\w+)[ \t]*$", re.MULTILINE)
+from .._sqlfiles import read_migrations, read_queries
+
 _COMMENT = re.compile(r"^\s*--.*$\n?", re.MULTILINE)
 
 
@@ -57,22 +57,12 @@ class Queries:
     search_path_restore: str
 
 
-def parse_blocks(text: str) -> dict[str, str]:
-    """Split ``-- name: NAME`` blocks; comment lines and the final semicolon are dropped (a
-    ``%(name)s`` inside a comment would otherwise count as a parameter)."""
-    parts = _BLOCK.split(text)
-    blocks: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in blocks:
-            raise ValueError(f"queries.sql: block {name!r} is defined twice")
-        blocks[name] = _COMMENT.sub("", body).strip().rstrip(";").strip()
-    return blocks
-
-
 def load_queries() -> Queries:
-    """Read and check ``queries.sql``."""
-    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
-    blocks = parse_blocks(text)
+    """Read and check ``queries.sql``. Comment lines are dropped: psycopg would count a
+    ``%(name)s`` inside one as a parameter."""
+    blocks = {
+        name: _COMMENT.sub("", sql).strip() for name, sql in read_queries(__package__).items()
+    }
     expected = {f.name for f in fields(Queries)}
     if set(blocks) != expected:
         missing, extra = sorted(expected - set(blocks)), sorted(set(blocks) - expected)
@@ -80,16 +70,5 @@ def load_queries() -> Queries:
     return Queries(**blocks)
 
 
-def load_migrations() -> list[tuple[str, str]]:
-    """``(name, sql)`` of every migration, in order; the name is the file's stem."""
-    folder = resources.files(__package__).joinpath("migrations")
-    found = [
-        (entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
-        for entry in folder.iterdir()
-        if entry.name.endswith(".sql")
-    ]
-    return sorted(found)
-
-
 Q = load_queries()
-MIGRATIONS = load_migrations()
+MIGRATIONS = read_migrations(__package__)  # (name, sql), oldest first

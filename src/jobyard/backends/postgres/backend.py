@@ -20,7 +20,6 @@ import dataclasses
 import json
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from psycopg_pool import ConnectionPool
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
 from .. import mask_url
+from .._stored import parse_numeric_id, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
@@ -73,42 +73,6 @@ Conn = psycopg.Connection[Any]
 Row = tuple[Any, ...]
 
 RECONNECTS = 3  # retries of a statement whose connection was lost under it
-_ID_RE = re.compile(r"^[0-9]{1,19}$")
-_MAX_ID = 2**63 - 1
-
-
-def parse_job_id(value: str) -> int | None:
-    """The bigint behind a job id string, or ``None`` if it cannot be one of ours."""
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        return None
-    number = int(value)
-    return number if number <= _MAX_ID else None
-
-
-_NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
-
-
-def encode_job(job: NewJob) -> str:
-    """A schedule's job as stored: JSON with sorted keys, so equal jobs are equal text."""
-    return json.dumps(dataclasses.asdict(job), sort_keys=True, separators=(",", ":"))
-
-
-def decode_job(text: str) -> NewJob:
-    """The inverse of :func:`encode_job` (fields this version does not know are ignored)."""
-    data = json.loads(text)
-    return NewJob(**{k: v for k, v in data.items() if k in _NEW_JOB_FIELDS})
-
-
-def storable(value: str | None) -> str | None:
-    """Text PostgreSQL can store: lone surrogates and NUL characters escaped. A handler's
-    traceback may hold either, and refusing it would lose the outcome (the worker would retry
-    the settlement forever)."""
-    if value is None or (value.isascii() and "\x00" not in value):
-        return value
-    escaped = value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return escaped.replace("\x00", "\\x00")
-
-
 # A user's key (or parent id) is stored exactly as given, but PostgreSQL text is UTF-8 and a
 # Python string may hold a lone surrogate. Such a string (and, to keep the mapping one-to-one,
 # one that starts with the mark) is stored as the mark followed by its ASCII-escaped JSON form.
@@ -362,7 +326,7 @@ class PostgresBackend:
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that cannot be one)."""
-        number = parse_job_id(job_id)
+        number = parse_numeric_id(job_id)
         if number is None:
             return None
         rows = self._run(lambda c: self._fetch(c, Q.jobs_get, {"id": number}))
@@ -383,7 +347,7 @@ class PostgresBackend:
 
     def jobs_cancel(self, job_id: str) -> JobRecord:
         """Cancel a pending job. Raise JobNotFound, or InvalidTransition if it is not pending."""
-        number = parse_job_id(job_id)
+        number = parse_numeric_id(job_id)
         if number is None:
             raise JobNotFound(job_id)
         args = {"now": self.clock.now(), "id": number}
@@ -398,7 +362,7 @@ class PostgresBackend:
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
         InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
-        number = parse_job_id(job_id)
+        number = parse_numeric_id(job_id)
         if number is None:
             raise JobNotFound(job_id)
         args = {"now": self.clock.now(), "id": number}
@@ -457,7 +421,7 @@ class PostgresBackend:
         """Apply outcomes in one statement; return the ids whose token no longer matched.
         With ``params.connection`` the settlement joins that transaction (not committed)."""
         outcomes = list(params.outcomes)
-        valid = [(o, n) for o in outcomes if (n := parse_job_id(o.id)) is not None]
+        valid = [(o, n) for o in outcomes if (n := parse_numeric_id(o.id)) is not None]
         if not valid:
             return [o.id for o in outcomes]
         args = {
@@ -478,7 +442,7 @@ class PostgresBackend:
         else:
             rows = self._run(lambda c: self._fetch(c, Q.jobs_ack, args))
         refused = {str(r[0]) for r in rows}
-        return [o.id for o in outcomes if o.id in refused or parse_job_id(o.id) is None]
+        return [o.id for o in outcomes if o.id in refused or parse_numeric_id(o.id) is None]
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
@@ -487,7 +451,7 @@ class PostgresBackend:
     def leases_renew(self, params: LeasesRenewParams) -> list[str]:
         """Renew leases; return the ids whose lease was lost (token no longer matches)."""
         pairs = list(params.jobs)
-        valid = [(n, token) for jid, token in pairs if (n := parse_job_id(jid)) is not None]
+        valid = [(n, token) for jid, token in pairs if (n := parse_numeric_id(jid)) is not None]
         if not valid:
             return [jid for jid, _ in pairs]
         args = {
@@ -497,7 +461,7 @@ class PostgresBackend:
             "async_commit": self._settings.async_commit,
         }
         lost = {str(r[0]) for r in self._run(lambda c: self._fetch(c, Q.leases_renew, args))}
-        return [jid for jid, _ in pairs if jid in lost or parse_job_id(jid) is None]
+        return [jid for jid, _ in pairs if jid in lost or parse_numeric_id(jid) is None]
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed: an attempt was spent on each."""
@@ -626,7 +590,7 @@ class PostgresBackend:
         args = {
             "names": list(given),
             "crons": [s.cron for s in given.values()],
-            "jobs": [encode_job(s.job) for s in given.values()],
+            "jobs": [s.job.to_json() for s in given.values()],
             "next_run_ats": [s.next_run_at for s in given.values()],
         }
         self._run(lambda c: c.execute(Q.schedules_sync, args, prepare=True))
@@ -634,7 +598,7 @@ class PostgresBackend:
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule, by name."""
         rows = self._run(lambda c: self._fetch(c, Q.schedules_list))
-        return [Schedule(r[0], r[1], decode_job(r[2]), bool(r[3]), r[4], r[5]) for r in rows]
+        return [Schedule(r[0], r[1], NewJob.from_json(r[2]), bool(r[3]), r[4], r[5]) for r in rows]
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Fire a due tick: move the schedule on and insert its job in one transaction; None
@@ -647,7 +611,7 @@ class PostgresBackend:
                 rows = conn.execute(Q.schedules_advance, advance).fetchall()
                 if not rows:
                     return None
-                job = decode_job(rows[0][0])
+                job = NewJob.from_json(rows[0][0])
                 job = dataclasses.replace(
                     job, run_at=params.fire_at, idempotency_key=params.idempotency_key
                 )

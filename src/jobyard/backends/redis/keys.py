@@ -116,7 +116,7 @@ def parse_job_id(value: str) -> tuple[str, str] | None:
     """``(queue, number)`` of a job id, or ``None`` if it is not one of ours."""
     if not isinstance(value, str):
         return None
-    m = JOB_ID_RE.match(value)
+    m = JOB_ID_RE.fullmatch(value)  # not match: "$" would let "q:1\n" through
     return None if m is None else (m.group(1), m.group(2))
 
 

@@ -7,27 +7,11 @@ or error that is not valid text comes back with U+FFFD in place of the bad bytes
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..base import ClaimedJob, JobRecord, NewJob, QueueConfig, Schedule, WorkerInfo
-
-_MAX_ID_DIGITS = 18  # below 2**63: SQLite's INTEGER PRIMARY KEY range
-
-
-def parse_id(job_id: str) -> int | None:
-    """The integer key of a job id, or ``None`` if it cannot name a job (``"1.0"``, ``" 1"``,
-    ``"٣"``: SQLite would happily coerce some of these; a job id is its exact decimal form)."""
-    if (
-        isinstance(job_id, str)
-        and job_id.isascii()
-        and job_id.isdigit()
-        and len(job_id) <= _MAX_ID_DIGITS
-    ):
-        return int(job_id)
-    return None
 
 
 def text(value: Any) -> str:
@@ -48,13 +32,6 @@ def float_or_none(value: Any) -> float | None:
     SQLite stores an integral REAL as an integer on disk, and RETURNING may hand it back so.
     """
     return None if value is None else float(value)
-
-
-def storable(value: str | None) -> str | None:
-    """``value`` with lone surrogates escaped, so that it encodes as UTF-8."""
-    if value is None:
-        return None
-    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def record(r: Sequence[Any]) -> JobRecord:
@@ -134,24 +111,12 @@ def worker(r: Sequence[Any]) -> WorkerInfo:
     )
 
 
-def job_json(job: NewJob) -> str:
-    """A schedule's job as stored: sorted keys, so equal jobs are equal text."""
-    return json.dumps(dataclasses.asdict(job), sort_keys=True)
-
-
-def job_from_json(stored: str) -> NewJob:
-    """The job of a schedule row; fields this version does not know are ignored."""
-    data = json.loads(stored)
-    known = {f.name for f in dataclasses.fields(NewJob)}
-    return NewJob(**{k: v for k, v in data.items() if k in known})
-
-
 def schedule(r: Sequence[Any]) -> Schedule:
     """A row of ``schedules_list``."""
     return Schedule(
         name=r[0],
         cron=r[1],
-        job=job_from_json(r[2]),
+        job=NewJob.from_json(r[2]),
         active=bool(r[3]),
         next_run_at=float_or_none(r[4]),
         last_run_at=float_or_none(r[5]),

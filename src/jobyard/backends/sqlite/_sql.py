@@ -1,54 +1,16 @@
-"""Loading the SQL that lives beside this module: named query blocks and numbered migrations.
-
-Both are read once per process with :mod:`importlib.resources`, so they work from a wheel, a zip
-or a source checkout alike. No SQL is ever assembled from Python strings.
-"""
+"""The SQL beside this module, read once per process (``.._sqlfiles``, shared with PostgreSQL):
+named query blocks, and numbered migrations split into statements with SQLite's own tokenizer."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
-_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$")
-_MIGRATION_RE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+from .._sqlfiles import parse_blocks, read_migrations, read_queries
 
-
-def parse_queries(text: str) -> dict[str, str]:
-    """Split ``-- name: x`` blocks into ``{"x": "SELECT ..."}``.
-
-    Text before the first header is the file's preamble and is dropped. A block runs to the next
-    header; its trailing blank lines, comments and ``;`` are trimmed, since ``sqlite3`` refuses
-    anything after a statement's end.
-    """
-    queries: dict[str, str] = {}
-    name: str | None = None
-    lines: list[str] = []
-
-    def flush() -> None:
-        if name is None:
-            return
-        while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
-            lines.pop()
-        sql = "\n".join(lines).strip().rstrip(";").rstrip()
-        if not sql:
-            raise ValueError(f"query {name!r} is empty")
-        queries[name] = sql
-
-    for line in text.splitlines():
-        match = _NAME_RE.match(line)
-        if match:
-            flush()
-            name = match.group(1)
-            if name in queries:
-                raise ValueError(f"query {name!r} is defined twice")
-            lines = []
-        elif name is not None:
-            lines.append(line)
-    flush()
-    return queries
+# The block format is shared with PostgreSQL's queries.sql.
+parse_queries = parse_blocks
 
 
 def split_statements(script: str) -> list[str]:
@@ -84,23 +46,13 @@ class Migration:
 @cache
 def queries() -> dict[str, str]:
     """The named blocks of ``queries.sql``."""
-    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
-    return parse_queries(text)
+    return read_queries(__package__)
 
 
 @cache
 def migrations() -> tuple[Migration, ...]:
     """Every migration shipped with this version, oldest first."""
-    found: list[Migration] = []
-    folder = resources.files(__package__).joinpath("migrations")
-    for entry in folder.iterdir():
-        match = _MIGRATION_RE.match(entry.name)
-        if not match:
-            continue
-        statements = split_statements(entry.read_text(encoding="utf-8"))
-        found.append(Migration(int(match.group(1)), entry.name[:-4], tuple(statements)))
-    found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    if len(set(versions)) != len(versions):
-        raise ValueError(f"two SQLite migrations share a version number: {versions}")
-    return tuple(found)
+    return tuple(
+        Migration(int(name[:4]), name, tuple(split_statements(script)))
+        for name, script in read_migrations(__package__)
+    )

@@ -36,6 +36,7 @@ from ...errors import (
     QueueFull,
     SchemaError,
 )
+from .._stored import parse_numeric_id, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
@@ -234,7 +235,7 @@ class SQLiteBackend:
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that is not a number)."""
-        key = _rows.parse_id(job_id)
+        key = parse_numeric_id(job_id)
         if key is None:
             return None
         row = self._conns.get().execute(self._q["jobs_get"], {"id": key}).fetchone()
@@ -260,7 +261,7 @@ class SQLiteBackend:
 
     def jobs_cancel(self, job_id: str) -> JobRecord:
         """Pending -> cancelled; JobNotFound or InvalidTransition otherwise."""
-        key = _rows.parse_id(job_id)
+        key = parse_numeric_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
         with self._writing() as conn:
@@ -276,7 +277,7 @@ class SQLiteBackend:
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""
-        key = _rows.parse_id(job_id)
+        key = parse_numeric_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
         q = self._q
@@ -352,7 +353,7 @@ class SQLiteBackend:
             # One execution per outcome, not executemany: the per-row rowcount is what tells an
             # applied outcome from a stale one, and all of them still commit once.
             for outcome in params.outcomes:
-                key = _rows.parse_id(outcome.id)
+                key = parse_numeric_id(outcome.id)
                 if key is None:
                     stale.append(outcome.id)
                     continue
@@ -370,8 +371,8 @@ class SQLiteBackend:
                 except UnicodeEncodeError:
                     # A traceback or result holding lone surrogates cannot be stored as UTF-8;
                     # store it escaped rather than lose the outcome.
-                    args["result"] = _rows.storable(outcome.result)
-                    args["error"] = _rows.storable(outcome.error)
+                    args["result"] = storable(outcome.result)
+                    args["error"] = storable(outcome.error)
                     cursor = conn.execute(sql, args)
                 if cursor.rowcount != 1:
                     stale.append(outcome.id)
@@ -422,7 +423,7 @@ class SQLiteBackend:
         with self._writing() as conn:
             now = self._now(conn)
             for job_id, token in params.jobs:
-                key = _rows.parse_id(job_id)
+                key = parse_numeric_id(job_id)
                 if (
                     key is None
                     or conn.execute(sql, {"id": key, "token": token, "now": now}).rowcount != 1
@@ -537,7 +538,7 @@ class SQLiteBackend:
                     {
                         "name": sched.name,
                         "cron": sched.cron,
-                        "job": _rows.job_json(sched.job),
+                        "job": sched.job.to_json(),
                         "next_run_at": sched.next_run_at,
                     },
                 )
@@ -557,7 +558,7 @@ class SQLiteBackend:
             ).fetchone()
             if row is None:
                 return None
-            job = _rows.job_from_json(row[0])
+            job = NewJob.from_json(row[0])
             job = dataclasses.replace(
                 job, run_at=params.fire_at, idempotency_key=params.idempotency_key
             )

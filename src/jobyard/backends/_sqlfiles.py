@@ -1,0 +1,67 @@
+"""Reading the SQL the SQLite and PostgreSQL stores ship beside their code: ``queries.sql``
+(statements in ``-- name: NAME`` blocks) and ``migrations/NNNN_name.sql``. Read with
+:mod:`importlib.resources`, so they load from a wheel, a zip or a checkout alike; no SQL is ever
+assembled from Python strings."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+_HEADER = re.compile(r"^--[ \t]*name:[ \t]*(\w+)[ \t]*$")
+_MIGRATION = re.compile(r"^\d{4}_\w+\.sql$")
+
+
+def parse_blocks(text: str) -> dict[str, str]:
+    """Split ``-- name: x`` blocks into ``{"x": "SELECT ..."}``.
+
+    Text before the first header is the file's preamble and is dropped. A block runs to the next
+    header; its trailing blank lines, comments and ``;`` are trimmed (``sqlite3`` refuses
+    anything after a statement's end). A name defined twice, or an empty block, is an error.
+    """
+    blocks: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if name is None:
+            return
+        while lines and (not lines[-1].strip() or lines[-1].lstrip().startswith("--")):
+            lines.pop()
+        sql = "\n".join(lines).strip().rstrip(";").rstrip()
+        if not sql:
+            raise ValueError(f"query {name!r} is empty")
+        blocks[name] = sql
+
+    for line in text.splitlines():
+        match = _HEADER.match(line)
+        if match:
+            flush()
+            name = match.group(1)
+            if name in blocks:
+                raise ValueError(f"query {name!r} is defined twice")
+            lines = []
+        elif name is not None:
+            lines.append(line)
+    flush()
+    return blocks
+
+
+def read_queries(package: str) -> dict[str, str]:
+    """The named blocks of ``package``'s ``queries.sql``."""
+    return parse_blocks(resources.files(package).joinpath("queries.sql").read_text("utf-8"))
+
+
+def read_migrations(package: str) -> list[tuple[str, str]]:
+    """``(name, sql)`` of every ``migrations/NNNN_name.sql`` of ``package``, oldest first; the
+    name is the file's stem. Two files of one version number are an error."""
+    folder = resources.files(package).joinpath("migrations")
+    found = sorted(
+        (entry.name.removesuffix(".sql"), entry.read_text("utf-8"))
+        for entry in folder.iterdir()
+        if _MIGRATION.match(entry.name)
+    )
+    versions = [name[:4] for name, _ in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError(f"two migrations of {package} share a version number: {versions}")
+    return found
