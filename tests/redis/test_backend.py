@@ -5,6 +5,7 @@ session's 3-node cluster."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -26,6 +27,9 @@ from jobyard.backends.base import (
     LeasesRenewParams,
     Outcome,
     QueueConfig,
+    Schedule,
+    SchedulesFireParams,
+    SchedulesSyncParams,
     StatsParams,
 )
 from jobyard.backends.redis.backend import RedisBackend
@@ -253,3 +257,32 @@ def test_a_huge_priority_and_exact_float_times_round_trip(
     assert rec is not None
     assert rec.priority == -(2**40)
     assert rec.created_at == clock.now() and rec.run_at == clock.now() + 0.1
+
+
+def test_a_schedule_stored_by_an_older_version_still_lists_and_fires(
+    backend: RedisBackend,
+) -> None:
+    # given a schedule hash as versions before NewJob.to_json wrote it (a positional job list)
+    job = new(name="ping", priority=2, max_attempts=3, lease=10.0)
+    backend.schedules_sync(SchedulesSyncParams([Schedule("ping", "* * * * *", job, True, T0)]))
+    legacy = json.dumps(
+        ["ping", job.payload, 2, 3, None, None, 10.0, "at_least_once", None, None],
+        separators=(",", ":"),
+    )
+    backend.client.hset(backend.keys.schedule("q", "ping"), "job", legacy)
+
+    # when it is listed and its tick fires
+    (stored,) = backend.schedules_list()
+    inserted = backend.schedules_fire(SchedulesFireParams("ping", T0, T0 + 60))
+
+    # then both read the old form as the same job
+    assert stored.job == job
+    assert inserted is not None
+    rec = backend.jobs_get(inserted.id)
+    assert rec is not None
+    assert (rec.name, rec.priority, rec.max_attempts, rec.idempotency_key) == (
+        "ping",
+        2,
+        3,
+        f"cron:ping:{T0!r}",
+    )

@@ -22,27 +22,11 @@ if TYPE_CHECKING:
     from .backend import RedisBackend
 
 
-def _job_json(job: NewJob) -> str:
-    """The fields of a schedule's job that make it "the same job", canonically encoded."""
-    return json.dumps(
-        [
-            job.name,
-            job.payload,
-            int(job.priority),
-            job.max_attempts,
-            job.backoff,
-            None if job.timeout is None else float(job.timeout),
-            float(job.lease),
-            job.delivery,
-            job.idempotency_key,
-            job.parent_id,
-        ],
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-
-
 def _job_of(queue: str, text: str) -> NewJob:
+    """A schedule's job as stored (:meth:`NewJob.to_json`). Versions before it kept a positional
+    list, which a schedule not synced since still holds."""
+    if not text.startswith("["):
+        return NewJob.from_json(text)
     f: list[Any] = json.loads(text)
     return NewJob(
         name=f[0],
@@ -78,7 +62,7 @@ def sync(b: RedisBackend, params: SchedulesSyncParams) -> None:
         b._run(
             "schedules_sync",
             [b.keys.schedule(queue, s.name)],
-            [s.name, s.cron, queue, _job_json(s.job), next_run],
+            [s.name, s.cron, queue, s.job.to_json(), next_run],
         )
         b.retrying(lambda: b.client.hset(b.keys.schedules, s.name, queue))  # noqa: B023
     for name, queue in index.items():

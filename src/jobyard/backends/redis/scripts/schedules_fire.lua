@@ -21,11 +21,14 @@ local s = redis.call('HMGET', sk, 'active', 'next_run_at', 'job', 'queue')
 if s[1] ~= '1' or not s[2] or math.abs(tonumber(s[2]) - fire_at) > 0.001 then
   return {'skip'}
 end
-local job = cjson.decode(s[3]) -- [name, payload, priority, max_attempts, backoff, timeout,
-                               --  lease, delivery, idempotency_key, parent_id]
+local job = cjson.decode(s[3]) -- NewJob.to_json(): {name, payload, priority, max_attempts, ...}
+if job[1] ~= nil then -- the positional list of versions before it, in a schedule not synced since
+  job = {name = job[1], payload = job[2], priority = job[3], max_attempts = job[4],
+         backoff = job[5], timeout = job[6], lease = job[7], delivery = job[8], parent_id = job[10]}
+end
 local row = {
-  1, job[1], job[2], job[3], 0, fire_at, job[4], job[5], job[6], job[7], job[8],
-  ARGV[4], job[10],
+  1, job.name, job.payload, job.priority, 0, fire_at, job.max_attempts, job.backoff, job.timeout,
+  job.lease, job.delivery, ARGV[4], job.parent_id,
 }
 local o = {
   now = now_from(ARGV[1]),
