@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,14 +39,14 @@ class Enqueue:
         return inserted
 
     async def insert_async(self, jobs: Sequence[NewJob], connection: Any = None) -> list[Inserted]:
-        """:meth:`insert` for async code: on a thread, or with an async ``connection`` (a psycopg
-        ``AsyncConnection``) inside that connection's transaction, on the event loop."""
-        if connection is not None and _is_async_connection(connection):
-            store = as_transactional(self._store(), TRANSACTIONAL_ENQUEUE)
-            inserted = await store.jobs_insert_async(JobsInsertParams(jobs, connection))
-            self._enqueued(jobs, inserted)
-            return inserted
-        return await asyncio.to_thread(self.insert, jobs, connection)
+        """:meth:`insert` for async code: on a thread; with a ``connection``, the store's own
+        async insert (on an async connection it joins that transaction on the event loop)."""
+        if connection is None or not jobs:
+            return await asyncio.to_thread(self.insert, jobs)
+        store = as_transactional(self._store(), TRANSACTIONAL_ENQUEUE)
+        inserted = await store.jobs_insert_async(JobsInsertParams(jobs, connection))
+        self._enqueued(jobs, inserted)
+        return inserted
 
     def _enqueued(self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]) -> None:
         """Run the ``on_enqueue`` hooks for the jobs that were created (not found by key)."""
@@ -60,9 +59,3 @@ class Enqueue:
                     got.id, new.name, new.queue, tuple(data["args"]), data["kwargs"]
                 )
                 self._hooks.run("on_enqueue", event)
-
-
-def _is_async_connection(conn: Any) -> bool:
-    """True for a psycopg ``AsyncConnection`` (psycopg is looked at only if it is imported)."""
-    psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(conn, psycopg.AsyncConnection)

@@ -3,6 +3,7 @@ store either has a capability or refuses the features needing it with one Config
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 
@@ -44,6 +45,9 @@ def test_a_caller_connection_is_refused_without_transactions(
         "a transactional enqueue (connection=...) needs a store that takes part in the "
         f"caller's transaction (PostgreSQL); {app.backend.url} is not one"
     )
+    with pytest.raises(jobyard.ConfigurationError) as refused_async:
+        asyncio.run(noop.options(connection=object()).enqueue_async())
+    assert str(refused_async.value) == str(refused.value)
     assert app.jobs() == []
 
 

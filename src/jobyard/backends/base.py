@@ -442,7 +442,8 @@ class TransactionalBackend(Backend, Protocol):
     ``jobs_ack`` accept a caller's ``connection``, and it lends connections to handlers."""
 
     async def jobs_insert_async(self, params: JobsInsertParams) -> list[Inserted]:
-        """:meth:`Backend.jobs_insert` on the caller's async connection (same statements)."""
+        """:meth:`Backend.jobs_insert` on the caller's async connection (same statements); any
+        other connection (or none) goes to :meth:`Backend.jobs_insert` on a thread."""
         ...
 
     def connection_acquire(self) -> Any:

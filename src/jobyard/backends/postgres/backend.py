@@ -314,9 +314,10 @@ class PostgresBackend:
 
     async def jobs_insert_async(self, params: JobsInsertParams) -> list[Inserted]:
         """:meth:`jobs_insert` on the caller's psycopg ``AsyncConnection`` (the same
-        statements); without a connection it runs :meth:`jobs_insert` on a thread."""
+        statements); without one (no connection, or a sync one) it runs :meth:`jobs_insert` on
+        a thread."""
         conn = params.connection
-        if conn is None:
+        if not isinstance(conn, psycopg.AsyncConnection):
             return await asyncio.to_thread(self.jobs_insert, params)
         if not params.jobs:
             return []
