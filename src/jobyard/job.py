@@ -92,11 +92,17 @@ class Job:
         created = to_datetime(rec.created_at)
         run_at = to_datetime(rec.run_at)
         assert created is not None and run_at is not None
+        error = rec.error
+        try:
+            status = Status(rec.status)
+        except ValueError:  # a record written by something else: shown as failed, with why
+            status = Status.FAILED
+            error = f"corrupt job record: status {rec.status!r}" + (f"\n{error}" if error else "")
         return cls(
             id=rec.id,
             name=rec.name,
             queue=rec.queue,
-            status=Status(rec.status),
+            status=status,
             priority=rec.priority,
             attempts=rec.attempts,
             max_attempts=rec.max_attempts,
@@ -106,7 +112,7 @@ class Job:
             finished_at=to_datetime(rec.finished_at),
             worker_id=rec.worker_id,
             result=result,
-            error=rec.error,
+            error=error,
             parent_id=rec.parent_id,
             idempotency_key=rec.idempotency_key,
             args=args,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from typing import Literal
@@ -33,8 +34,8 @@ class Backoff:
             raise ConfigurationError(
                 f"unknown backoff {self.kind!r}: use one of {', '.join(KINDS)} or jobyard.Backoff"
             )
-        if self.base < 0 or self.cap < 0:
-            raise ConfigurationError("backoff base and cap must not be negative")
+        if not (0 <= self.base < math.inf and 0 <= self.cap < math.inf):
+            raise ConfigurationError("backoff base and cap must be finite and not negative")
 
     def nominal(self, attempt: int) -> float:
         """The delay after failed attempt ``attempt`` (1-based), before jitter."""
@@ -74,7 +75,7 @@ class Backoff:
                 cap=float(data["cap"]),
                 jitter=bool(data["jitter"]),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, ConfigurationError):
             return cls()
 
 

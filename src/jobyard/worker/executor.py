@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 from ..backends.base import Backend, ClaimedJob, JobsAckParams, Outcome
 from ..errors import ConfigurationError, Drop, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
-from ..job import JobFunction, encode_result
+from ..job import DELIVERIES, JobFunction, encode_result
 from ..retry import Backoff
 
 log = logging.getLogger("jobyard.worker")
@@ -77,8 +78,36 @@ class Call:
     kwargs: dict[str, Any]
 
 
+def record_fault(job: ClaimedJob) -> str | None:
+    """Why a claimed job's record cannot be run as stored (a store written by something other
+    than jobyard: a NaN lease, a negative max_attempts, an unknown delivery), else ``None``."""
+    checks: list[tuple[str, object, bool]] = [
+        ("attempts", job.attempts, isinstance(job.attempts, int) and job.attempts >= 1),
+        (
+            "max_attempts",
+            job.max_attempts,
+            isinstance(job.max_attempts, int) and job.max_attempts >= 1,
+        ),
+        ("lease", job.lease, isinstance(job.lease, float) and 0 < job.lease < math.inf),
+        (
+            "timeout",
+            job.timeout,
+            job.timeout is None or (isinstance(job.timeout, float) and 0 < job.timeout < math.inf),
+        ),
+        ("delivery", job.delivery, job.delivery in DELIVERIES),
+    ]
+    for field_name, value, ok in checks:
+        if not ok:
+            return f"field {field_name} out of range: {value!r}"
+    return None
+
+
 def resolve(job: ClaimedJob, registry: dict[str, JobFunction[Any, Any]]) -> Call | Outcome:
-    """Find the handler and decode the payload; an Outcome if either is impossible."""
+    """Check the record, find the handler and decode the payload; an Outcome if any of them is
+    impossible. Retrying cannot mend a corrupt record: it fails now, with the reason."""
+    fault = record_fault(job)
+    if fault is not None:
+        return Outcome(job.id, job.token, "failed", error=f"corrupt job record: {fault}")
     jf = registry.get(job.name)
     if jf is None:
         return classify(job, LookupError(f"no handler registered for {job.name!r}"), "")
