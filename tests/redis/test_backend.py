@@ -253,3 +253,37 @@ def test_a_huge_priority_and_exact_float_times_round_trip(
     assert rec is not None
     assert rec.priority == -(2**40)
     assert rec.created_at == clock.now() and rec.run_at == clock.now() + 0.1
+
+
+# --- corrupt job hashes met after the claim --------------------------------------------------
+
+
+def test_a_record_corrupted_while_running_fails_alone_in_ack_renew_and_reap(
+    backend: RedisBackend, clock: FrozenClock, raw: Any
+) -> None:
+    # given four running jobs of one claim
+    ids = insert(backend, *(new(lease=10) for _ in range(4)))
+    a, b, c, d = claim(backend, 4)
+    key = {j.id: backend.keys.job("q", j.id.rsplit(":", 1)[1]) for j in (a, b, c, d)}
+    # when a retry meets a priority that is not a number, its neighbour in the batch retries
+    raw.hset(key[a.id], "priority", "high")
+    refused = backend.jobs_ack(
+        JobsAckParams([Outcome(a.id, a.token, "retry", error="e"), Outcome(b.id, b.token, "retry")])
+    )
+    assert refused == []
+    bad = backend.jobs_get(a.id)
+    assert bad is not None and bad.status == "failed"
+    assert bad.error == 'corrupt job record: field priority is not an integer: "high"'
+    assert backend.jobs_get(b.id).status == "pending"  # type: ignore[union-attr]
+    # a heartbeat meeting a lease that is gone loses that job alone, and fails it
+    raw.hdel(key[c.id], "lease")
+    lost = backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token), (d.id, d.token)]))
+    assert lost == [c.id]
+    assert backend.jobs_get(c.id).error == "corrupt job record: field lease missing"  # type: ignore[union-attr]
+    # the watchdog meeting max_attempts "x" on a lapsed lease fails it, and counts it failed
+    raw.hset(key[d.id], "max_attempts", "x")
+    clock.advance(60)
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [(d.id, "failed")]
+    counts = backend.stats_get(StatsParams(["q"]))[0].counts
+    assert counts["failed"] == 3 and counts["pending"] == 1 and counts["running"] == 0
+    assert len(ids) == 4
