@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
+from ._secrets import scrub
 from .job import Job
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -80,12 +81,10 @@ def _json_option(kind: type) -> Any:
 
 # --- output -------------------------------------------------------------------------------------
 
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*):[^\s/@]*@")
-
 
 def _scrub(message: str) -> str:
-    """Mask the password of any URL in ``message`` (a driver's error may quote its DSN)."""
-    return _URL_PASSWORD.sub(r"\1:***@", message)
+    """Mask every credential in ``message`` (a driver's error may quote its DSN)."""
+    return scrub(message)
 
 
 def _console() -> Console:

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
+from ._secrets import check_url, remember
 from .backends import mask_url, open_backend
 from .backends.base import (
     DEFAULT_LEASE,
@@ -57,6 +58,8 @@ class App:
         self.hooks = Hooks()
         self._backend: Backend | None = None
         self._lock = threading.Lock()
+        check_url(self.url)  # before anything can quote a piece of a mangled password
+        remember(self.url)
         scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
         from .backends import SCHEMES
 
