@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 R = TypeVar("R")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")
 NAME_RULE = "1 to 100 characters of A-Z a-z 0-9 _ . : -"
 MAX_IDEMPOTENCY_KEY = 200
 DELIVERIES: tuple[str, ...] = ("at_least_once", "at_most_once")

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 import jobyard
 from jobyard import testing
-from jobyard.job import NAME_RE
 
 FUZZ = settings(
     max_examples=40,
@@ -121,25 +120,44 @@ def test_idempotency_key_length_is_checked(echo_app: jobyard.App) -> None:
             echo_app.by_name("echo").options(idempotency_key=bad).enqueue()
 
 
-@FUZZ
-@given(name=st.text(max_size=120))
-def test_queue_names_are_valid_or_refused(echo_app: jobyard.App, name: str) -> None:
+# A fixed table, not the code's own pattern: a change to the rule must fail here.
+VALID_NAMES = ["a", "0", "x" * 100, "emails", "reports.daily", "a:b", "a-b_c", "...", ":", "-_"]
+INVALID_NAMES = [
+    "",
+    "x" * 101,
+    "task\n",
+    "mail\n",
+    "\nmail",
+    "a\r",
+    "a b",
+    " a",
+    "a\tb",
+    "a{b}",
+    "a/b",
+    "a*",
+    "a\x00",
+    "é",
+    "日本",
+    "a\u200b",
+    "\ud800",
+]
+
+
+def test_queue_names_are_valid_or_refused(echo_app: jobyard.App) -> None:
     fn = echo_app.by_name("echo")
-    if NAME_RE.match(name):
+    for name in VALID_NAMES:
         h = fn.options(queue=name).enqueue(name)
         assert echo_app.get(h.id).queue == name
         assert echo_app.cancel(h.id).status == "cancelled"
-    else:
+    for name in INVALID_NAMES:
         with pytest.raises(jobyard.ConfigurationError, match="invalid queue name"):
             fn.options(queue=name).enqueue(name)
 
 
-@FUZZ
-@given(name=st.text(max_size=120))
-def test_job_names_are_valid_or_refused(echo_app: jobyard.App, name: str) -> None:
-    if NAME_RE.match(name):
+def test_job_names_are_valid_or_refused(echo_app: jobyard.App) -> None:
+    for name in VALID_NAMES:
         assert echo_app.get(echo_app.enqueue(name).id).name == name
-    else:
+    for name in INVALID_NAMES:
         with pytest.raises(jobyard.ConfigurationError, match="invalid job name"):
             echo_app.enqueue(name)
 

@@ -26,7 +26,7 @@ from psycopg_pool import ConnectionPool
 from ..._secrets import scrub
 from ...errors import ConfigurationError
 
-SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 20
 

@@ -74,7 +74,7 @@ Row = tuple[Any, ...]
 
 FINISHED = ("completed", "failed", "cancelled")
 RECONNECTS = 3  # retries of a statement whose connection was lost under it
-_ID_RE = re.compile(r"^[0-9]{1,19}$")
+_ID_RE = re.compile(r"^[0-9]{1,19}\Z")
 _MAX_ID = 2**63 - 1
 
 
