@@ -61,6 +61,10 @@ class Duration(_ParamType):
 DURATION = Duration()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (a job's arguments are stored as JSON)")
+
+
 def _json_option(kind: type) -> Any:
     """A click callback parsing an option's value as a JSON array or object."""
     label = "array" if kind is list else "object"
@@ -69,7 +73,7 @@ def _json_option(kind: type) -> Any:
         if value is None:
             return kind()
         try:
-            data = json.loads(value)
+            data = json.loads(value, parse_constant=_no_constant)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON ({exc}): {value!r}") from None
         if not isinstance(data, kind):

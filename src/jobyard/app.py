@@ -333,6 +333,7 @@ class App:
         sched_name = check_name("schedule", name or fn.name)
         if sched_name in self.schedules:
             raise ConfigurationError(f"a schedule named {sched_name!r} exists already")
+        fn.check_call(args, kwargs or {})
         sched = Schedule(sched_name, cron, fn.opts.new_job(args, kwargs or {}))
         self.schedules[sched_name] = sched
         return sched

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..clock import Clock
+from ..errors import ConfigurationError
 
 Delivery = Literal["at_least_once", "at_most_once"]
 OutcomeKind = Literal["completed", "retry", "failed", "release"]
@@ -27,6 +28,12 @@ OutcomeKind = Literal["completed", "retry", "failed", "release"]
 STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_LEASE = 30.0
+# Bounds every store can hold and every listing can show (a datetime ends in year 9999):
+# checked when a job is made (NewJob), so no store ever receives a value outside them.
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1  # PostgreSQL's integer
+MAX_DELAY = 100 * 365 * 86400.0  # 100 years, in seconds
+MAX_RUN_AT = 253402214400.0  # 9999-12-31T00:00:00Z
+
 LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing it"
 AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
 
@@ -113,6 +120,42 @@ class QueueStats:
 # --- parameter objects -----------------------------------------------------------------------
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_priority(value: object) -> int:
+    """A priority within the range every store holds, else ``ConfigurationError``."""
+    if not (isinstance(value, int) and not isinstance(value, bool)) or not (
+        PRIORITY_MIN <= value <= PRIORITY_MAX
+    ):
+        raise ConfigurationError(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, got {value!r}"
+        )
+    return value
+
+
+def check_delay(value: object) -> float:
+    """A delay of 0 to :data:`MAX_DELAY` seconds, else ``ConfigurationError``."""
+    if not _is_number(value) or not 0 <= value <= MAX_DELAY:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f} (100 years), "
+            f"got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_run_at(value: object) -> float | None:
+    """``None`` or an instant from 1970 to the end of year 9998, else ``ConfigurationError``."""
+    if value is None:
+        return None
+    if not _is_number(value) or not 0 <= value <= MAX_RUN_AT:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"run_at must be an instant from 1970-01-01 to 9999-12-31 UTC, got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """One job to insert. ``None`` options fall back to the queue's, then to the defaults."""
@@ -130,6 +173,11 @@ class NewJob:
     delivery: Delivery = "at_least_once"
     idempotency_key: str | None = None
     parent_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
+        check_delay(self.delay)
+        check_run_at(self.run_at)
 
 
 @dataclass(frozen=True, slots=True)

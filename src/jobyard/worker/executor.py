@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends.base import Backend, ClaimedJob, JobsAckParams, Outcome
+from ..backends.base import MAX_DELAY, Backend, ClaimedJob, JobsAckParams, Outcome
 from ..errors import ConfigurationError, Drop, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
 from ..job import DELIVERIES, JobFunction, encode_result
@@ -144,7 +144,9 @@ def classify(job: ClaimedJob, exc: BaseException, tb: str | None = None) -> Outc
             error = f"retry requested after the last attempt ({job.max_attempts}): {exc.reason}"
         return Outcome(job.id, job.token, "failed", error=error)
     if isinstance(exc, Retry) and exc.delay is not None:
-        delay = max(float(exc.delay), 0.0)
+        delay = float(exc.delay)
+        # within what every store can hold; NaN (an arithmetic accident) retries at once
+        delay = min(delay, MAX_DELAY) if delay > 0 else 0.0
     else:
         delay = Backoff.from_json(job.backoff).delay(job.attempts)
     return Outcome(job.id, job.token, "retry", error=error, delay=delay)
