@@ -17,6 +17,7 @@ from redis.crc import key_slot
 import jobyard
 from jobyard.backends.base import (
     AT_MOST_ONCE_LOST_ERROR,
+    PRIORITY_MIN,
     JobsAckParams,
     JobsClaimParams,
     JobsInsertParams,
@@ -244,14 +245,14 @@ def test_wake_tokens_stay_few_and_one_insert_wakes_a_waiter(
     assert woke and woke[0] - sent < 1.0
 
 
-def test_a_huge_priority_and_exact_float_times_round_trip(
+def test_the_lowest_priority_and_exact_float_times_round_trip(
     backend: RedisBackend, clock: FrozenClock
 ) -> None:
     clock.set(1_712_345_678.123456)
-    (job_id,) = insert(backend, new(priority=-(2**40), delay=0.1))
+    (job_id,) = insert(backend, new(priority=PRIORITY_MIN, delay=0.1))
     rec = backend.jobs_get(job_id)
     assert rec is not None
-    assert rec.priority == -(2**40)
+    assert rec.priority == PRIORITY_MIN
     assert rec.created_at == clock.now() and rec.run_at == clock.now() + 0.1
 
 

@@ -135,11 +135,11 @@ def check_priority(value: object) -> int:
     return value
 
 
-def check_delay(value: object) -> float:
-    """A delay of 0 to :data:`MAX_DELAY` seconds, else ``ConfigurationError``."""
-    if not _is_number(value) or not 0 <= value <= MAX_DELAY:  # type: ignore[operator]
+def check_delay(value: object, low: float = 0.0) -> float:
+    """A delay of ``low`` to :data:`MAX_DELAY` seconds, else ``ConfigurationError``."""
+    if not _is_number(value) or not low <= value <= MAX_DELAY:  # type: ignore[operator]
         raise ConfigurationError(
-            f"delay must be a number of seconds from 0 to {MAX_DELAY:.0f} (100 years), "
+            f"delay must be a number of seconds from {low:.0f} to {MAX_DELAY:.0f} (100 years), "
             f"got {value!r}"
         )
     return float(value)  # type: ignore[arg-type]
@@ -176,7 +176,7 @@ class NewJob:
 
     def __post_init__(self) -> None:
         check_priority(self.priority)
-        check_delay(self.delay)
+        check_delay(self.delay, -MAX_DELAY)  # the store may be asked for an instant past
         check_run_at(self.run_at)
 
 
