@@ -288,3 +288,22 @@ def test_a_record_corrupted_while_running_fails_alone_in_ack_renew_and_reap(
     counts = backend.stats_get(StatsParams(["q"]))[0].counts
     assert counts["failed"] == 3 and counts["pending"] == 1 and counts["running"] == 0
     assert len(ids) == 4
+
+
+def test_cancel_and_retry_of_a_corrupt_record_answer_without_breaking_the_queue(
+    backend: RedisBackend, raw: Any
+) -> None:
+    # given a pending job whose priority was deleted
+    pending, failed, healthy = insert(backend, new(), new(), new())
+    raw.hdel(backend.keys.job("q", pending.rsplit(":", 1)[1]), "priority")
+    # then it still cancels
+    assert backend.jobs_cancel(pending).status == "cancelled"
+    # and a failed job whose priority turned to text is refused a retry, with the reason
+    (f, _) = claim(backend, 2)
+    assert f.id == failed
+    backend.jobs_ack(JobsAckParams([Outcome(f.id, f.token, "failed", error="e")]))
+    raw.hset(backend.keys.job("q", failed.rsplit(":", 1)[1]), "priority", "x")
+    with pytest.raises(jobyard.InvalidTransition, match="corrupt job record: field priority"):
+        backend.jobs_retry(failed)
+    assert backend.jobs_get(failed).status == "failed"  # type: ignore[union-attr]
+    assert backend.jobs_get(healthy).status == "running"  # type: ignore[union-attr]

@@ -83,11 +83,13 @@ local function to_ready(k, n, prio, run_at)
 end
 
 local function from_ready(k, n, prio)
-  if prio then -- a corrupt record may have lost it: its level entry is dropped by the claim
-    local level = k.base .. 'ready:' .. prio
+  -- a corrupt record may have lost its priority: then its entry is looked for on every level
+  local levels = prio and {prio} or redis.call('ZRANGE', k.prios, 0, -1)
+  for _, p in ipairs(levels) do
+    local level = k.base .. 'ready:' .. p
     redis.call('ZREM', level, pad(n))
     if redis.call('EXISTS', level) == 0 then
-      redis.call('ZREM', k.prios, prio)
+      redis.call('ZREM', k.prios, p)
     end
   end
   redis.call('ZREM', k.pending, n)
