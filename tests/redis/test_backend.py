@@ -307,3 +307,19 @@ def test_cancel_and_retry_of_a_corrupt_record_answer_without_breaking_the_queue(
         backend.jobs_retry(failed)
     assert backend.jobs_get(failed).status == "failed"  # type: ignore[union-attr]
     assert backend.jobs_get(healthy).status == "running"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://127.0.0.1:6379/abc", "must be a number"),
+        ("redis://127.0.0.1:6379/1.5", "must be a number"),
+        ("redis://127.0.0.1:6379/99999999", "must be a number"),
+        ("redis+cluster://127.0.0.1:7000/3", "database 0 only"),
+    ],
+)
+def test_a_database_that_is_not_a_number_is_refused(url: str, why: str) -> None:
+    app = jobyard.App(url)
+    with pytest.raises(jobyard.ConfigurationError, match=why):
+        app.backend  # noqa: B018 - opening the store is the point
+    app.close()
