@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
+from ._secrets import scrub
 from .job import Job
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -60,6 +61,10 @@ class Duration(_ParamType):
 DURATION = Duration()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (a job's arguments are stored as JSON)")
+
+
 def _json_option(kind: type) -> Any:
     """A click callback parsing an option's value as a JSON array or object."""
     label = "array" if kind is list else "object"
@@ -68,7 +73,7 @@ def _json_option(kind: type) -> Any:
         if value is None:
             return kind()
         try:
-            data = json.loads(value)
+            data = json.loads(value, parse_constant=_no_constant)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON ({exc}): {value!r}") from None
         if not isinstance(data, kind):
@@ -80,12 +85,10 @@ def _json_option(kind: type) -> Any:
 
 # --- output -------------------------------------------------------------------------------------
 
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*):[^\s/@]*@")
-
 
 def _scrub(message: str) -> str:
-    """Mask the password of any URL in ``message`` (a driver's error may quote its DSN)."""
-    return _URL_PASSWORD.sub(r"\1:***@", message)
+    """Mask every credential in ``message`` (a driver's error may quote its DSN)."""
+    return scrub(message)
 
 
 def _console() -> Console:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ._enqueue import Enqueue
+from ._secrets import check_url, remember
 from .backends import mask_url, open_backend
 from .backends.base import (
     DEFAULT_LEASE,
@@ -58,6 +59,8 @@ class App:
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._enqueue = Enqueue(lambda: self.backend, self.hooks)  # job functions' way down
+        check_url(self.url)  # before anything can quote a piece of a mangled password
+        remember(self.url)
         scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
         from .backends import SCHEMES
 
@@ -316,6 +319,7 @@ class App:
         sched_name = check_name("schedule", name or fn.name)
         if sched_name in self.schedules:
             raise ConfigurationError(f"a schedule named {sched_name!r} exists already")
+        fn.check_call(args, kwargs or {})
         sched = Schedule(sched_name, cron, fn.opts.new_job(args, kwargs or {}))
         self.schedules[sched_name] = sched
         return sched

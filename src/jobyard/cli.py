@@ -34,7 +34,7 @@ from ._cli_format import (
 )
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, STATUSES
+from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES
 from .clock import to_datetime
 from .errors import (
     ConfigurationError,
@@ -43,7 +43,7 @@ from .errors import (
     JobNotFound,
     JobyardError,
 )
-from .job import check_name
+from .job import JobFunction, check_name
 
 log = logging.getLogger("jobyard.cli")
 
@@ -226,9 +226,20 @@ def worker(
     help='Keyword arguments, a JSON object: \'{"subject": "hi"}\'.',
 )
 @click.option("--queue", default=None, help="Queue [default: the job's own, else 'default'].")
-@click.option("--priority", type=int, default=None, help="Higher runs first.")
+@click.option(
+    "--priority",
+    type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX),
+    default=None,
+    help="Higher runs first.",
+)
 @click.option("--delay", type=DURATION, default=None, help="Run no sooner than this (30s, 5m).")
 @click.option("--idempotency-key", default=None, help="At most one pending or running job per key.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Send it even if APP has no such job, no job of APP uses the queue, or the arguments"
+    " do not fit the handler (a warning instead of a refusal).",
+)
 def enqueue(
     app_ref: str,
     name: str,
@@ -238,9 +249,16 @@ def enqueue(
     priority: int | None,
     delay: float | None,
     idempotency_key: str | None,
+    force: bool,
 ) -> None:
-    """Enqueue job NAME of APP and print its id (its handler need not be importable here)."""
+    """Enqueue job NAME of APP and print its id. A job APP does not know, a queue none of its
+    jobs uses or arguments its handler does not take are refused unless --force is given."""
     app = _app(app_ref)
+    problems = _enqueue_problems(app, name, queue, args, kwargs)
+    if problems and not force:
+        raise ConfigurationError("; ".join(problems) + " (--force sends it anyway)")
+    for problem in problems:
+        click.echo(f"warning: {problem}", err=True)
     options = {
         k: v
         for k, v in {
@@ -251,7 +269,13 @@ def enqueue(
         }.items()
         if v is not None
     }
-    handle = app.by_name(name, **options).enqueue(*args, **kwargs)
+    fn = app.by_name(name, **options)
+    if problems:  # forced: the handler's signature is not checked
+        fn = JobFunction(_any_call, fn.opts, enqueue=fn._enqueue, jobs=fn._jobs)
+    try:
+        handle = fn.enqueue(*args, **kwargs)
+    except TypeError as exc:  # an argument that is not JSON
+        raise ConfigurationError(str(exc)) from None
     click.echo(handle.id)
     if not handle.created:
         click.echo(
@@ -259,6 +283,31 @@ def enqueue(
             f"{handle.id}; no new job was created",
             err=True,
         )
+
+
+def _any_call(*args: Any, **kwargs: Any) -> None:
+    """The handler of a forced enqueue: takes anything (never called here)."""
+
+
+def _enqueue_problems(
+    app: App, name: str, queue: str | None, args: list[Any], kwargs: dict[str, Any]
+) -> list[str]:
+    """Why ``jobyard enqueue`` would send a job no worker of APP could run as given."""
+    problems = []
+    fn = app.registry.get(name)
+    if fn is None:
+        known = ", ".join(sorted(app.registry)) or "none"
+        problems.append(f"APP has no job named {name!r} (its jobs: {known})")
+    else:
+        try:
+            fn.check_call(args, kwargs)
+        except TypeError as exc:
+            problems.append(f"the arguments do not fit {exc}")
+    queues = {f.opts.queue for f in app.registry.values()}
+    if queue is not None and queue not in queues:
+        used = ", ".join(sorted(queues)) or "none"
+        problems.append(f"no job of APP uses queue {queue!r} (its queues: {used})")
+    return problems
 
 
 @cli.command()
@@ -583,6 +632,12 @@ def _is_store_error(exc: BaseException) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The ``jobyard`` command (also ``python -m jobyard``)."""
+    # A job's text may hold what no terminal encoding can print (a lone surrogate, stored as
+    # given): shown escaped, never a UnicodeEncodeError halfway through a table.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code = cli.main(
             args=list(argv) if argv is not None else None,

@@ -63,6 +63,19 @@ class FrozenClock:
         return f"FrozenClock({datetime.fromtimestamp(self.now(), UTC).isoformat()})"
 
 
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
 def to_datetime(epoch: float | None) -> datetime | None:
-    """Epoch seconds to an aware UTC datetime (``None`` stays ``None``)."""
-    return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+    """Epoch seconds to an aware UTC datetime (``None`` stays ``None``).
+
+    Never raises: a time a datetime cannot hold (``1e300``, infinity, NaN: a record written by
+    something other than jobyard) is clamped to the earliest or latest datetime, so listing a
+    store never fails because of one record."""
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, UTC)
+    except (OverflowError, ValueError, OSError):
+        return _LATEST if epoch > 0 else _EARLIEST

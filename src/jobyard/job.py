@@ -16,7 +16,17 @@ from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._enqueue import Enqueue
-from .backends.base import DEFAULT_LEASE, FINISHED, Delivery, Inserted, JobRecord, NewJob
+from .backends.base import (
+    DEFAULT_LEASE,
+    FINISHED,
+    Delivery,
+    Inserted,
+    JobRecord,
+    NewJob,
+    check_delay,
+    check_priority,
+    check_run_at,
+)
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
@@ -24,7 +34,7 @@ from .retry import Backoff, as_backoff
 P = ParamSpec("P")
 R = TypeVar("R")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")
 NAME_RULE = "1 to 100 characters of A-Z a-z 0-9 _ . : -"
 MAX_IDEMPOTENCY_KEY = 200
 DELIVERIES: tuple[str, ...] = ("at_least_once", "at_most_once")
@@ -91,11 +101,17 @@ class Job:
         created = to_datetime(rec.created_at)
         run_at = to_datetime(rec.run_at)
         assert created is not None and run_at is not None
+        error = rec.error
+        try:
+            status = Status(rec.status)
+        except ValueError:  # a record written by something else: shown as failed, with why
+            status = Status.FAILED
+            error = f"corrupt job record: status {rec.status!r}" + (f"\n{error}" if error else "")
         return cls(
             id=rec.id,
             name=rec.name,
             queue=rec.queue,
-            status=Status(rec.status),
+            status=status,
             priority=rec.priority,
             attempts=rec.attempts,
             max_attempts=rec.max_attempts,
@@ -105,7 +121,7 @@ class Job:
             finished_at=to_datetime(rec.finished_at),
             worker_id=rec.worker_id,
             result=result,
-            error=rec.error,
+            error=error,
             parent_id=rec.parent_id,
             idempotency_key=rec.idempotency_key,
             args=args,
@@ -198,8 +214,9 @@ class JobOptions:
             raise ConfigurationError("lease must be a positive number of seconds")
         if self.delivery not in DELIVERIES:
             raise ConfigurationError(f"delivery must be one of {', '.join(DELIVERIES)}")
-        if self.delay < 0:
-            raise ConfigurationError("delay must not be negative")
+        check_priority(self.priority)
+        check_delay(self.delay)
+        check_run_at(self.run_at)
         key = self.idempotency_key
         if key is not None and not _valid_key(key):
             raise ConfigurationError(
@@ -253,12 +270,45 @@ def _dumps(value: Any) -> str:
     return text
 
 
+def _bad_key(value: Any) -> object:
+    """A dict key in ``value`` that is not a string (JSON would turn ``1`` into ``"1"``, and
+    ``{1: "a", "1": "b"}`` into one entry), else ``_NO_BAD_KEY``. ``value`` was encoded already,
+    so it holds no cycle."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return k
+                if isinstance(v, dict | list | tuple):
+                    stack.append(v)
+        elif isinstance(item, list | tuple):
+            stack.extend(v for v in item if isinstance(v, dict | list | tuple))
+    return _NO_BAD_KEY
+
+
+_NO_BAD_KEY = object()
+
+
+def _key_error(label: str, key: object) -> TypeError:
+    return TypeError(f"{label} is not JSON: dict key {key!r} is not a string")
+
+
 def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     """JSON-encode a call's arguments; a TypeError names the argument that is not JSON."""
     try:
-        return _dumps({"args": list(args), "kwargs": dict(kwargs)})
+        text = _dumps({"args": list(args), "kwargs": dict(kwargs)})
     except (TypeError, ValueError, RecursionError):
         pass
+    else:
+        for i, a in enumerate(args):
+            if (key := _bad_key(a)) is not _NO_BAD_KEY:
+                raise _key_error(f"argument {i}", key)
+        for name, v in kwargs.items():
+            if (key := _bad_key(v)) is not _NO_BAD_KEY:
+                raise _key_error(f"argument {name!r}", key)
+        return text
     named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
         (f"argument {k!r}", v) for k, v in kwargs.items()
     ]
@@ -276,9 +326,20 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
 def encode_result(value: Any) -> str:
     """JSON-encode a handler's return value (TypeError if it is not JSON)."""
     try:
-        return _dumps(value)
+        text = _dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"the handler's result is not JSON serializable: {exc}") from None
+    if (key := _bad_key(value)) is not _NO_BAD_KEY:
+        raise _key_error("the handler's result", key)
+    return text
+
+
+@functools.lru_cache(maxsize=4096)  # .options() makes a JobFunction per call
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # a callable Python cannot describe: not checked
+        return None
 
 
 class JobFunction(Generic[P, R]):
@@ -292,7 +353,29 @@ class JobFunction(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(func)
         self._enqueue = enqueue  # the way down to the store
         self._jobs = jobs  # where handles read their job back
+        self.signature = _signature(func)
         functools.update_wrapper(self, func)
+
+    def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """``TypeError`` now if the handler could not be called with these arguments, rather
+        than on the worker, attempt after attempt."""
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            plain = self.signature.replace(
+                parameters=[
+                    p.replace(annotation=inspect.Parameter.empty)
+                    for p in self.signature.parameters.values()
+                ],
+                return_annotation=inspect.Signature.empty,
+            )
+            raise TypeError(f"{self.name}{plain}: {exc}") from None
+
+    def _new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
+        self.check_call(args, kwargs)
+        return self.opts.new_job(args, kwargs)
 
     @property
     def name(self) -> str:
@@ -345,21 +428,21 @@ class JobFunction(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Put one job on the queue; returns at once with its handle."""
-        new = self.opts.new_job(args, kwargs)
+        new = self._new_job(args, kwargs)
         return self._handles(self._enqueue.insert([new], self.opts.connection))[0]
 
     def enqueue_many(
         self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
     ) -> list[JobHandle]:
         """Enqueue many calls, each ``(args, kwargs)``, in one round trip (all or nothing)."""
-        jobs = [self.opts.new_job(args, kwargs) for args, kwargs in calls]
+        jobs = [self._new_job(args, kwargs) for args, kwargs in calls]
         return self._handles(self._enqueue.insert(jobs, self.opts.connection))
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """``enqueue`` for async code: the store call runs on a thread. With an async
         ``connection`` (a psycopg ``AsyncConnection``) the job joins that connection's
         transaction."""
-        new = self.opts.new_job(args, kwargs)
+        new = self._new_job(args, kwargs)
         return self._handles(await self._enqueue.insert_async([new], self.opts.connection))[0]
 
     def _handles(self, inserted: list[Inserted]) -> list[JobHandle]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from typing import Literal
@@ -11,6 +12,7 @@ from .errors import ConfigurationError
 
 BackoffKind = Literal["fixed", "linear", "exponential"]
 KINDS: tuple[str, ...] = ("fixed", "linear", "exponential")
+MAX_BACKOFF = 100 * 365 * 86400.0  # backends.base.MAX_DELAY (not imported: no I/O layers here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +35,11 @@ class Backoff:
             raise ConfigurationError(
                 f"unknown backoff {self.kind!r}: use one of {', '.join(KINDS)} or jobyard.Backoff"
             )
-        if self.base < 0 or self.cap < 0:
-            raise ConfigurationError("backoff base and cap must not be negative")
+        if not (0 <= self.base < math.inf and 0 <= self.cap <= MAX_BACKOFF):
+            raise ConfigurationError(
+                f"backoff base must be finite and cap at most {MAX_BACKOFF:.0f} seconds "
+                "(100 years), neither negative"
+            )
 
     def nominal(self, attempt: int) -> float:
         """The delay after failed attempt ``attempt`` (1-based), before jitter."""
@@ -74,7 +79,7 @@ class Backoff:
                 cap=float(data["cap"]),
                 jitter=bool(data["jitter"]),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, ConfigurationError):
             return cls()
 
 

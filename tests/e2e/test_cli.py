@@ -177,12 +177,34 @@ def test_enqueue_with_a_held_idempotency_key_returns_the_existing_job(cli: Cli) 
     assert "k1" in again.stderr and "no new job" in again.stderr
 
 
-def test_enqueue_by_name_needs_no_handler_and_takes_a_queue(cli: Cli) -> None:
-    job_id = cli.enqueue("not_registered_anywhere", "--queue", "elsewhere")
+def test_enqueue_by_name_needs_no_handler_and_takes_a_queue_when_forced(cli: Cli) -> None:
+    done = cli("enqueue", APP, "not_registered_anywhere", "--queue", "elsewhere", "--force")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    # each reason the job would have been refused is a warning
+    warnings = done.stderr.splitlines()
+    assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings), warnings
+    assert "'not_registered_anywhere'" in warnings[0] and "'elsewhere'" in warnings[1]
 
     data = cli.json("show", APP, job_id)
 
     assert data["name"] == "not_registered_anywhere" and data["queue"] == "elsewhere"
+
+
+def test_forced_arguments_that_do_not_fit_are_sent_with_a_warning(cli: Cli) -> None:
+    done = cli("enqueue", APP, "greet", "--args", "[1, 2, 3]", "--force")
+    assert done.returncode == 0 and "too many positional arguments" in done.stderr
+    assert cli.json("show", APP, done.stdout.strip())["args"] == [1, 2, 3]
+
+
+def test_an_argument_no_terminal_can_print_is_shown_escaped(cli: Cli, app: jobyard.App) -> None:
+    # given a job whose argument holds a lone surrogate (stored as given)
+    job_id = app.enqueue("greet", "\ud800").id
+    assert app.get(job_id).args == ("\ud800",)
+    # then show, show --json and jobs print it escaped
+    assert "\\ud800" in cli.ok("show", APP, job_id)
+    assert cli.json("show", APP, job_id)["args"] == ["\ud800"]
+    assert job_id in cli.ok("jobs", APP)
 
 
 def test_status_counts_jobs_per_queue(cli: Cli) -> None:
@@ -336,6 +358,43 @@ BAD_INPUT = [
     pytest.param(["enqueue", APP, "greet", "--args", '{"a": 1}'], ["array"], id="args-not-list"),
     pytest.param(["enqueue", APP, "greet", "--kwargs", "[1]"], ["object"], id="kwargs-not-dict"),
     pytest.param(["enqueue", APP, "greet", "--delay", "soon"], ["soon"], id="bad-delay"),
+    pytest.param(
+        ["enqueue", APP, "greet", "--args", '["a"]', "--delay", "3000000d"],
+        ["delay", "100 years"],
+        id="delay-too-long",
+    ),
+    pytest.param(
+        ["enqueue", APP, "greet", "--args", '["a"]', "--delay", "99999999999999999999d"],
+        ["delay", "100 years"],
+        id="delay-absurd",
+    ),
+    pytest.param(["enqueue", APP, "greet", "--args", "[NaN, Infinity]"], ["NaN"], id="args-nan"),
+    pytest.param(
+        ["enqueue", APP, "greet", "--kwargs", '{"name": -Infinity}'],
+        ["-Infinity"],
+        id="kwargs-infinity",
+    ),
+    pytest.param(
+        ["enqueue", APP, "greet", "--args", '["a"]', "--priority", "99999999999999999999"],
+        ["--priority", "2147483647"],
+        id="priority-out-of-range",
+    ),
+    pytest.param(["enqueue", APP, "nosuch"], ["'nosuch'", "--force"], id="unknown-job"),
+    pytest.param(
+        ["enqueue", APP, "greet", "--args", '["a"]', "--queue", "reportz"],
+        ["'reportz'", "mail, reports", "--force"],
+        id="unused-queue",
+    ),
+    pytest.param(
+        ["enqueue", APP, "greet", "--args", "[1, 2, 3]"],
+        ["greet(name, punctuation='!')", "too many positional arguments"],
+        id="args-do-not-fit",
+    ),
+    pytest.param(
+        ["enqueue", APP, "greet", "--kwargs", '{"nom": "a"}'],
+        ["missing a required argument: 'name'"],
+        id="kwargs-do-not-fit",
+    ),
     pytest.param(["jobs", APP, "--status", "sleeping"], ["sleeping"], id="bad-status"),
     pytest.param(["worker", APP, "-c", "0"], ["concurrency"], id="bad-concurrency"),
     pytest.param(["worker", APP, "-q", "bad queue!"], ["queue"], id="bad-queue-name"),

@@ -18,6 +18,7 @@ from redis.crc import key_slot
 import jobyard
 from jobyard.backends.base import (
     AT_MOST_ONCE_LOST_ERROR,
+    PRIORITY_MIN,
     JobsAckParams,
     JobsClaimParams,
     JobsInsertParams,
@@ -248,14 +249,14 @@ def test_wake_tokens_stay_few_and_one_insert_wakes_a_waiter(
     assert woke and woke[0] - sent < 1.0
 
 
-def test_a_huge_priority_and_exact_float_times_round_trip(
+def test_the_lowest_priority_and_exact_float_times_round_trip(
     backend: RedisBackend, clock: FrozenClock
 ) -> None:
     clock.set(1_712_345_678.123456)
-    (job_id,) = insert(backend, new(priority=-(2**40), delay=0.1))
+    (job_id,) = insert(backend, new(priority=PRIORITY_MIN, delay=0.1))
     rec = backend.jobs_get(job_id)
     assert rec is not None
-    assert rec.priority == -(2**40)
+    assert rec.priority == PRIORITY_MIN
     assert rec.created_at == clock.now() and rec.run_at == clock.now() + 0.1
 
 
@@ -286,3 +287,72 @@ def test_a_schedule_stored_by_an_older_version_still_lists_and_fires(
         3,
         f"cron:ping:{T0!r}",
     )
+
+
+# --- corrupt job hashes met after the claim --------------------------------------------------
+
+
+def test_a_record_corrupted_while_running_fails_alone_in_ack_renew_and_reap(
+    backend: RedisBackend, clock: FrozenClock, raw: Any
+) -> None:
+    # given four running jobs of one claim
+    ids = insert(backend, *(new(lease=10) for _ in range(4)))
+    a, b, c, d = claim(backend, 4)
+    key = {j.id: backend.keys.job("q", j.id.rsplit(":", 1)[1]) for j in (a, b, c, d)}
+    # when a retry meets a priority that is not a number, its neighbour in the batch retries
+    raw.hset(key[a.id], "priority", "high")
+    refused = backend.jobs_ack(
+        JobsAckParams([Outcome(a.id, a.token, "retry", error="e"), Outcome(b.id, b.token, "retry")])
+    )
+    assert refused == []
+    bad = backend.jobs_get(a.id)
+    assert bad is not None and bad.status == "failed"
+    assert bad.error == 'corrupt job record: field priority is not an integer: "high"'
+    assert backend.jobs_get(b.id).status == "pending"  # type: ignore[union-attr]
+    # a heartbeat meeting a lease that is gone loses that job alone, and fails it
+    raw.hdel(key[c.id], "lease")
+    lost = backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token), (d.id, d.token)]))
+    assert lost == [c.id]
+    assert backend.jobs_get(c.id).error == "corrupt job record: field lease missing"  # type: ignore[union-attr]
+    # the watchdog meeting max_attempts "x" on a lapsed lease fails it, and counts it failed
+    raw.hset(key[d.id], "max_attempts", "x")
+    clock.advance(60)
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [(d.id, "failed")]
+    counts = backend.stats_get(StatsParams(["q"]))[0].counts
+    assert counts["failed"] == 3 and counts["pending"] == 1 and counts["running"] == 0
+    assert len(ids) == 4
+
+
+def test_cancel_and_retry_of_a_corrupt_record_answer_without_breaking_the_queue(
+    backend: RedisBackend, raw: Any
+) -> None:
+    # given a pending job whose priority was deleted
+    pending, failed, healthy = insert(backend, new(), new(), new())
+    raw.hdel(backend.keys.job("q", pending.rsplit(":", 1)[1]), "priority")
+    # then it still cancels
+    assert backend.jobs_cancel(pending).status == "cancelled"
+    # and a failed job whose priority turned to text is refused a retry, with the reason
+    (f, _) = claim(backend, 2)
+    assert f.id == failed
+    backend.jobs_ack(JobsAckParams([Outcome(f.id, f.token, "failed", error="e")]))
+    raw.hset(backend.keys.job("q", failed.rsplit(":", 1)[1]), "priority", "x")
+    with pytest.raises(jobyard.InvalidTransition, match="corrupt job record: field priority"):
+        backend.jobs_retry(failed)
+    assert backend.jobs_get(failed).status == "failed"  # type: ignore[union-attr]
+    assert backend.jobs_get(healthy).status == "running"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("redis://127.0.0.1:6379/abc", "must be a number"),
+        ("redis://127.0.0.1:6379/1.5", "must be a number"),
+        ("redis://127.0.0.1:6379/99999999", "must be a number"),
+        ("redis+cluster://127.0.0.1:7000/3", "database 0 only"),
+    ],
+)
+def test_a_database_that_is_not_a_number_is_refused(url: str, why: str) -> None:
+    app = jobyard.App(url)
+    with pytest.raises(jobyard.ConfigurationError, match=why):
+        app.backend  # noqa: B018 - opening the store is the point
+    app.close()

@@ -4,12 +4,14 @@ SQLite user needs neither psycopg nor redis-py installed."""
 from __future__ import annotations
 
 import importlib
-import re
 
 from .._extras import MissingExtra
+from .._secrets import check_url, mask_url, remember
 from ..clock import Clock
 from ..errors import ConfigurationError
 from .base import Backend
+
+__all__ = ["SCHEMES", "mask_url", "open_backend"]
 
 # scheme -> (module, class, pip extra)
 SCHEMES: dict[str, tuple[str, str, str | None]] = {
@@ -23,21 +25,10 @@ SCHEMES: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^@/?#]*)@")
-
-
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, safe to print or log."""
-
-    def mask(m: re.Match[str]) -> str:
-        user, sep, _ = m.group(2).partition(":")
-        return f"{m.group(1)}{user}:***@" if sep else m.group(0)
-
-    return _USERINFO.sub(mask, url)
-
-
 def open_backend(url: str, clock: Clock) -> Backend:
     """Build the backend a URL names; a wrong scheme lists the supported ones."""
+    check_url(url)
+    remember(url)
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in SCHEMES:
         supported = ", ".join(f"{s}://" for s in SCHEMES)

@@ -33,6 +33,12 @@ ACTIVE: tuple[str, ...] = ("pending", "running")  # where an idempotency key is 
 REDRIVABLE: tuple[str, ...] = ("failed", "cancelled")  # what retry(id) moves back to pending
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_LEASE = 30.0
+# Bounds every store can hold and every listing can show (a datetime ends in year 9999):
+# checked when a job is made (NewJob), so no store ever receives a value outside them.
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1  # PostgreSQL's integer
+MAX_DELAY = 100 * 365 * 86400.0  # 100 years, in seconds
+MAX_RUN_AT = 253402214400.0  # 9999-12-31T00:00:00Z
+
 LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing it"
 AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
 
@@ -119,6 +125,42 @@ class QueueStats:
 # --- parameter objects -----------------------------------------------------------------------
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_priority(value: object) -> int:
+    """A priority within the range every store holds, else ``ConfigurationError``."""
+    if not (isinstance(value, int) and not isinstance(value, bool)) or not (
+        PRIORITY_MIN <= value <= PRIORITY_MAX
+    ):
+        raise ConfigurationError(
+            f"priority must be an integer from {PRIORITY_MIN} to {PRIORITY_MAX}, got {value!r}"
+        )
+    return value
+
+
+def check_delay(value: object, low: float = 0.0) -> float:
+    """A delay of ``low`` to :data:`MAX_DELAY` seconds, else ``ConfigurationError``."""
+    if not _is_number(value) or not low <= value <= MAX_DELAY:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"delay must be a number of seconds from {low:.0f} to {MAX_DELAY:.0f} (100 years), "
+            f"got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
+def check_run_at(value: object) -> float | None:
+    """``None`` or an instant from 1970 to the end of year 9998, else ``ConfigurationError``."""
+    if value is None:
+        return None
+    if not _is_number(value) or not 0 <= value <= MAX_RUN_AT:  # type: ignore[operator]
+        raise ConfigurationError(
+            f"run_at must be an instant from 1970-01-01 to 9999-12-31 UTC, got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """One job to insert. ``None`` options fall back to the queue's, then to the defaults."""
@@ -136,6 +178,11 @@ class NewJob:
     delivery: Delivery = "at_least_once"
     idempotency_key: str | None = None
     parent_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_priority(self.priority)
+        check_delay(self.delay, -MAX_DELAY)  # the store may be asked for an instant past
+        check_run_at(self.run_at)
 
     def to_json(self) -> str:
         """The job as a store keeps it (a schedule's job): JSON with sorted keys, so equal jobs

@@ -9,6 +9,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import (
+    MAX_DELAY,
     Backend,
     ClaimedJob,
     JobsAckParams,
@@ -24,7 +26,7 @@ from ..backends.base import (
 )
 from ..errors import Drop, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
-from ..job import JobFunction, encode_result
+from ..job import DELIVERIES, JobFunction, encode_result
 from ..retry import Backoff
 
 log = logging.getLogger("jobyard.worker")
@@ -81,8 +83,36 @@ class Call:
     kwargs: dict[str, Any]
 
 
+def record_fault(job: ClaimedJob) -> str | None:
+    """Why a claimed job's record cannot be run as stored (a store written by something other
+    than jobyard: a NaN lease, a negative max_attempts, an unknown delivery), else ``None``."""
+    checks: list[tuple[str, object, bool]] = [
+        ("attempts", job.attempts, isinstance(job.attempts, int) and job.attempts >= 1),
+        (
+            "max_attempts",
+            job.max_attempts,
+            isinstance(job.max_attempts, int) and job.max_attempts >= 1,
+        ),
+        ("lease", job.lease, isinstance(job.lease, float) and 0 < job.lease < math.inf),
+        (
+            "timeout",
+            job.timeout,
+            job.timeout is None or (isinstance(job.timeout, float) and 0 < job.timeout < math.inf),
+        ),
+        ("delivery", job.delivery, job.delivery in DELIVERIES),
+    ]
+    for field_name, value, ok in checks:
+        if not ok:
+            return f"field {field_name} out of range: {value!r}"
+    return None
+
+
 def resolve(job: ClaimedJob, registry: dict[str, JobFunction[Any, Any]]) -> Call | Outcome:
-    """Find the handler and decode the payload; an Outcome if either is impossible."""
+    """Check the record, find the handler and decode the payload; an Outcome if any of them is
+    impossible. Retrying cannot mend a corrupt record: it fails now, with the reason."""
+    fault = record_fault(job)
+    if fault is not None:
+        return Outcome(job.id, job.token, "failed", error=f"corrupt job record: {fault}")
     jf = registry.get(job.name)
     if jf is None:
         return classify(job, LookupError(f"no handler registered for {job.name!r}"), "")
@@ -119,7 +149,9 @@ def classify(job: ClaimedJob, exc: BaseException, tb: str | None = None) -> Outc
             error = f"retry requested after the last attempt ({job.max_attempts}): {exc.reason}"
         return Outcome(job.id, job.token, "failed", error=error)
     if isinstance(exc, Retry) and exc.delay is not None:
-        delay = max(float(exc.delay), 0.0)
+        delay = float(exc.delay)
+        # within what every store can hold; NaN (an arithmetic accident) retries at once
+        delay = min(delay, MAX_DELAY) if delay > 0 else 0.0
     else:
         delay = Backoff.from_json(job.backoff).delay(job.attempts)
     return Outcome(job.id, job.token, "retry", error=error, delay=delay)

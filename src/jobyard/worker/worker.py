@@ -582,6 +582,7 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
 
 
 def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
+    from .._secrets import scrub
     from ..app import load_app
     from ..backends import mask_url
     from ..errors import JobyardError
@@ -605,7 +606,10 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
             raise SystemExit(EXIT_BAD_INPUT) from None
         except Exception as exc:  # noqa: BLE001 - any driver error while the store is down
             log.warning(
-                "store %s unreachable (%s); retrying in %.1fs", mask_url(app.url), exc, delay
+                "store %s unreachable (%s); retrying in %.1fs",
+                mask_url(app.url),
+                scrub(str(exc)),
+                delay,
             )
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

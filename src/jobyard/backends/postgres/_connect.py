@@ -23,9 +23,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.numeric import Int8Dumper
 from psycopg_pool import ConnectionPool
 
+from ..._secrets import scrub
 from ...errors import ConfigurationError
 
-SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 20
 
@@ -92,7 +93,7 @@ def parse_url(url: str) -> Settings:
     try:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"invalid PostgreSQL URL: {exc}") from None
+        raise ConfigurationError(f"invalid PostgreSQL URL: {scrub(str(exc))}") from None
     kwargs: dict[str, Any] = {"autocommit": True}
     # Generic plans for jobyard's prepared statements: planning the claim afresh each time (a
     # custom plan, PostgreSQL's first choice) costs several times its execution, and none of

@@ -116,6 +116,13 @@ def parse_url(url: str) -> Settings:
             ours[name] = value
         else:
             theirs.append((name, value))
+    db = parts.path.strip("/")
+    if (db and not (db.isascii() and db.isdigit())) or len(db) > 5:
+        raise ConfigurationError(
+            f"the Redis database must be a number (redis://host:6379/0), got {db[:20]!r}"
+        )
+    if cluster and db not in ("", "0"):
+        raise ConfigurationError("Redis Cluster has database 0 only")
     client_scheme = "rediss" if scheme.startswith("rediss") else "redis"
     userinfo, _, hosts = parts.netloc.rpartition("@")
     nodes = _nodes(hosts)

@@ -91,20 +91,38 @@ def _opt_float(value: str | None) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
+def _lenient_int(value: str | None, default: int) -> int:
+    """A number field of a job hash as shown: a corrupt value shows as ``default``."""
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def _lenient_float(value: str | None) -> float | None:
+    """A time field of a job hash as shown: a corrupt value shows as unknown (``None``)."""
+    try:
+        return None if value is None or value == "" else float(value)
+    except ValueError:
+        return None
+
+
 def _record(queue: str, number: str, h: dict[str, str]) -> JobRecord:
+    """A job hash as listed or shown: never raises, whatever was written into the hash (the
+    scripts fail a corrupt job when they meet it; listing must show it meanwhile)."""
     return JobRecord(
         id=make_id(queue, number),
         name=h.get("name", ""),
         queue=queue,
         payload=h.get("payload", ""),
-        status=h.get("status", "pending"),
-        priority=int(h.get("priority", "0")),
-        attempts=int(h.get("attempts", "0")),
-        max_attempts=int(h.get("max_attempts", str(DEFAULT_MAX_ATTEMPTS))),
-        run_at=float(h.get("run_at", "0")),
-        created_at=float(h.get("created_at", "0")),
-        started_at=_opt_float(h.get("started_at")),
-        finished_at=_opt_float(h.get("finished_at")),
+        status=h.get("status", ""),
+        priority=_lenient_int(h.get("priority"), 0),
+        attempts=_lenient_int(h.get("attempts"), 0),
+        max_attempts=_lenient_int(h.get("max_attempts"), DEFAULT_MAX_ATTEMPTS),
+        run_at=_lenient_float(h.get("run_at")) or 0.0,
+        created_at=_lenient_float(h.get("created_at")) or 0.0,
+        started_at=_lenient_float(h.get("started_at")),
+        finished_at=_lenient_float(h.get("finished_at")),
         worker_id=h.get("worker_id"),
         result=h.get("result"),
         error=h.get("error"),
@@ -339,6 +357,10 @@ class RedisBackend:
             raise JobNotFound(job_id)
         if reply[0] == "status":
             raise InvalidTransition.cannot_retry(job_id, reply[1])
+        if reply[0] == "corrupt":
+            raise InvalidTransition(
+                f"job {job_id} cannot be retried: corrupt job record: {reply[1]}"
+            )
         if reply[0] == "dup":
             raise DuplicateJob.key_held(job_id, make_id(queue, reply[1]))
         if self.cluster:
@@ -403,6 +425,7 @@ class RedisBackend:
             worker,
             secrets.token_hex(8),
             "1" if peek else "",
+            _ttl(self.settings.failed_ttl),
         ]
         return self._run("jobs_claim", self._group_keys(queues), args)
 
@@ -503,7 +526,8 @@ class RedisBackend:
         def item(g: int, n: str, pos: int) -> list[Any]:
             return [g, n, jobs[pos][1]]
 
-        return self._fenced("leases_renew", [j for j, _ in jobs], item)
+        ttl = _ttl(self.settings.failed_ttl)
+        return self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """The watchdog: recover lapsed leases in every queue; also applies retention."""

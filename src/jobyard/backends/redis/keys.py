@@ -54,9 +54,9 @@ QUEUE_KEY_SUFFIXES: tuple[str, ...] = (
 )
 """The keys of one queue, in the order every job script receives them (see ``_lib.lua``)."""
 
-PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
-QUEUE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")  # job.NAME_RE: no braces, no spaces
-JOB_ID_RE = re.compile(r"^([A-Za-z0-9_.:-]{1,100}):([1-9][0-9]{0,17})$")
+PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")  # job.NAME_RE: no braces, no spaces
+JOB_ID_RE = re.compile(r"^([A-Za-z0-9_.:-]{1,100}):([1-9][0-9]{0,17})\Z")
 
 
 class Keys:

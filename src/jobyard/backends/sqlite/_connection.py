@@ -110,6 +110,10 @@ class Connections:
             self._local = threading.local()
 
 
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open ``path`` set up for many processes: WAL, NORMAL sync, a busy timeout.
 
@@ -127,6 +131,9 @@ def connect(path: str) -> sqlite3.Connection:
         )
         # WAL: readers never block the writer nor the writer the readers, which is what lets
         # idle workers poll and the dashboard read while a claim holds the write lock.
+        # A TEXT value that is not UTF-8 (written by another program) must not make a whole
+        # listing or claim fail: the bad bytes read as U+FFFD.
+        conn.text_factory = _lenient_text
         conn.execute("PRAGMA journal_mode = WAL")
         # NORMAL in WAL mode loses no committed transaction on a process crash, only possibly
         # the last ones on power loss, and saves an fsync per commit.

@@ -83,10 +83,14 @@ local function to_ready(k, n, prio, run_at)
 end
 
 local function from_ready(k, n, prio)
-  local level = k.base .. 'ready:' .. prio
-  redis.call('ZREM', level, pad(n))
-  if redis.call('EXISTS', level) == 0 then
-    redis.call('ZREM', k.prios, prio)
+  -- a corrupt record may have lost its priority: then its entry is looked for on every level
+  local levels = prio and {prio} or redis.call('ZRANGE', k.prios, 0, -1)
+  for _, p in ipairs(levels) do
+    local level = k.base .. 'ready:' .. p
+    redis.call('ZREM', level, pad(n))
+    if redis.call('EXISTS', level) == 0 then
+      redis.call('ZREM', k.prios, p)
+    end
   end
   redis.call('ZREM', k.pending, n)
 end
@@ -145,6 +149,78 @@ local function wake(key, count)
   end
   redis.call('LPUSH', key, unpack(tokens))
   redis.call('LTRIM', key, 0, 15)
+end
+
+-- A job hash is only trusted once checked: something other than jobyard may have written it
+-- (HDEL, HSET by hand, a half-restored backup). fault(jk) is nil for a sound record, else the
+-- reason, e.g. "field lease missing"; the scripts then fail that job alone (fail_corrupt)
+-- instead of erroring half-way through a batch. Bounds match the ones enforced at enqueue.
+local MAX_PRIORITY = 2147483647
+local DELIVERIES = {at_least_once = true, at_most_once = true}
+local KNOWN_STATES = {pending = true, running = true, completed = true, failed = true, cancelled = true}
+
+local function finite(x)
+  return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
+end
+
+local function check_number(h, field, required, integer, lo, hi)
+  local v = h[field]
+  if v == nil or v == false then
+    if required then
+      return 'field ' .. field .. ' missing'
+    end
+    return nil
+  end
+  local x = tonumber(v)
+  if not finite(x) or (integer and math.floor(x) ~= x) then
+    return 'field ' .. field .. ' is not ' .. (integer and 'an integer' or 'a number')
+      .. ': ' .. string.format('%q', string.sub(v, 1, 40))
+  end
+  if (lo and x < lo) or (hi and x > hi) then
+    return 'field ' .. field .. ' out of range: ' .. string.sub(v, 1, 40)
+  end
+  return nil
+end
+
+local FIELDS = {'status', 'name', 'payload', 'priority', 'attempts', 'max_attempts', 'lease',
+  'timeout', 'run_at', 'delivery'}
+
+local function fault(jk)
+  local v = redis.call('HMGET', jk, unpack(FIELDS))
+  local h = {}
+  for i, f in ipairs(FIELDS) do
+    h[f] = v[i]
+  end
+  if not h.status then
+    return 'field status missing'
+  end
+  if not KNOWN_STATES[h.status] then
+    return 'field status is not a status: ' .. string.format('%q', string.sub(h.status, 1, 40))
+  end
+  for _, f in ipairs({'name', 'payload'}) do
+    if not h[f] then
+      return 'field ' .. f .. ' missing'
+    end
+  end
+  if h.delivery and not DELIVERIES[h.delivery] then
+    return 'field delivery is not a delivery: ' .. string.format('%q', string.sub(h.delivery, 1, 40))
+  end
+  return check_number(h, 'priority', true, true, -MAX_PRIORITY - 1, MAX_PRIORITY)
+    or check_number(h, 'attempts', false, true, 0, MAX_PRIORITY)
+    or check_number(h, 'max_attempts', true, true, 1, MAX_PRIORITY)
+    or check_number(h, 'lease', true, false, 1e-9, nil)
+    or check_number(h, 'timeout', false, false, 1e-9, nil)
+    or check_number(h, 'run_at', true, false, nil, nil)
+end
+
+-- Fail a corrupt job where it stands (pending or running), with the reason as its error.
+local function fail_corrupt(k, jk, n, now, reason, ttl)
+  redis.call('ZREM', k.claims, n)
+  redis.call('ZREM', k.pending, n)
+  redis.call('HDEL', jk, 'token', 'lease_expires_at')
+  redis.call('HSET', jk, 'status', 'failed', 'error', 'corrupt job record: ' .. reason,
+    'finished_at', now)
+  to_finished(k, jk, n, 'failed', now, ttl)
 end
 
 local function record(k, n)

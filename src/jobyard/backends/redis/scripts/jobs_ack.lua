@@ -7,6 +7,8 @@
 --           delay]; kind is completed, retry, failed or release
 -- Touches: the settled job hashes; per group the claims set, the ready levels, prios and pending
 --          (retry, release) or a finished state's two indexes and idem (completed, failed).
+--          A job whose record turned corrupt while it ran (see fault() in _lib.lua) is failed
+--          with the reason unless the outcome completes it.
 -- Returns: the 1-based positions of the outcomes refused because the job was not running with
 --          that token (a stale worker); nothing changed for those.
 
@@ -29,10 +31,13 @@ for i, o in ipairs(outcomes) do
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
+    local bad = fault(jk)
     redis.call('ZREM', k.claims, n)
     redis.call('HDEL', jk, 'token', 'lease_expires_at')
     local result, err = nz(o[5]), nz(o[6])
-    if kind == 'completed' then
+    if bad and kind ~= 'completed' then -- a retry or release could not requeue it
+      fail_corrupt(k, jk, n, now, bad, failed_ttl)
+    elseif kind == 'completed' then
       redis.call('HSET', jk, 'status', 'completed', 'finished_at', now)
       if result then
         redis.call('HSET', jk, 'result', result)

@@ -4,8 +4,11 @@
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit   [4] worker id
 --       [5] token prefix (random, fresh per call; the token is "<prefix>.<number>")
 --       [6] "1" = peek: report the candidates, claim nothing
+--       [7] seconds a failed job is kept (0: forever): a corrupt record fails instead
 -- Touches: per group the ready levels, prios, pending and claims sets and the claimed job hashes
---          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at).
+--          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
+--          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
+--          reason instead, and the others of the batch are claimed as usual.
 -- Returns: claim: 12 strings per job: group, number, name, payload, attempts, max_attempts,
 --          backoff, timeout, lease, token, delivery, parent_id ("" for none).
 --          peek: 4 strings per candidate: group, priority, run_at, number.
@@ -19,6 +22,7 @@ local limit = tonumber(ARGV[3])
 local worker = ARGV[4]
 local prefix = ARGV[5]
 local peek = ARGV[6] == '1'
+local failed_ttl = tonumber(ARGV[7]) or 0
 
 local candidates = {}
 local groups = {}
@@ -76,9 +80,12 @@ for i = 1, math.min(limit, #candidates) do
     local k = groups[c.g]
     local jk = job_key(k, n)
     from_ready(k, n, c.p)
+    local bad = fault(jk)
     local f = redis.call('HMGET', jk, 'status', 'name', 'payload', 'attempts', 'max_attempts',
       'backoff', 'timeout', 'lease', 'delivery', 'parent_id')
-    if f[1] == 'pending' then -- anything else is a stale index entry: dropped above
+    if f[1] == 'pending' and bad then
+      fail_corrupt(k, jk, n, now, bad, failed_ttl)
+    elseif f[1] == 'pending' then -- anything else is a stale index entry: dropped above
       local attempts = (tonumber(f[4]) or 0) + 1
       local lease = tonumber(f[8])
       local token = prefix .. '.' .. n
@@ -89,15 +96,17 @@ for i = 1, math.min(limit, #candidates) do
       out[#out + 1] = tostring(c.g)
       out[#out + 1] = n
       out[#out + 1] = f[2]
-      out[#out + 1] = f[3] or ''
+      out[#out + 1] = f[3]
       out[#out + 1] = int(attempts)
-      out[#out + 1] = f[5]
+      out[#out + 1] = int(tonumber(f[5]))
       out[#out + 1] = f[6] or ''
-      out[#out + 1] = f[7] or ''
-      out[#out + 1] = f[8]
+      out[#out + 1] = f[7] and fmt(tonumber(f[7])) or ''
+      out[#out + 1] = fmt(lease)
       out[#out + 1] = token
       out[#out + 1] = f[9] or 'at_least_once'
       out[#out + 1] = f[10] or ''
+    elseif not KNOWN_STATES[f[1] or ''] and redis.call('EXISTS', jk) == 1 then
+      fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
     end
   end
 end

@@ -7,7 +7,8 @@
 -- Returns: one array per job: {group, number, field1, value1, ...}.
 --
 -- Each state index is scored by job number, so newest first is a reverse range; a name filter
--- reads on in chunks until it has offset + limit matches. Entries whose hash has expired
+-- reads on in chunks until it has offset + limit matches. A job whose status field is corrupt is
+-- listed under the index it is in. Entries whose hash has expired
 -- (retention) are skipped until the reaper prunes them.
 
 local ng = tonumber(ARGV[1])
@@ -32,7 +33,7 @@ local function newest(k, g, st, found)
         break
       end
       local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
-      if f[1] == st and (name == '' or f[2] == name) then
+      if (f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name) then
         found[#found + 1] = {n = n, g = g}
         got = got + 1
       end
@@ -47,7 +48,7 @@ local function newest(k, g, st, found)
     end
     for _, n in ipairs(ns) do
       local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
-      if f[1] == st and (name == '' or f[2] == name) then
+      if (f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name) then
         found[#found + 1] = {n = n, g = g}
         got = got + 1
         if got >= want then

@@ -7,7 +7,8 @@
 --          error kept for history; its expiry removed); the finished state's two indexes; the
 --          ready level, prios, pending; idem (the job takes its key back).
 -- Returns: {"ok", field1, value1, ...}, {"missing"}, {"status", current status} when the job
---          is neither failed nor cancelled, or {"dup", number} when another pending or running
+--          is neither failed nor cancelled, {"corrupt", reason} when its priority is unusable,
+--          or {"dup", number} when another pending or running
 --          job of the queue holds its idempotency key.
 
 local now = now_from(ARGV[1])
@@ -21,6 +22,11 @@ if not cur[1] then
 end
 if cur[1] ~= 'failed' and cur[1] ~= 'cancelled' then
   return {'status', cur[1]}
+end
+local bad = check_number({priority = cur[2]}, 'priority', true, true, -MAX_PRIORITY - 1,
+  MAX_PRIORITY)
+if bad then -- it cannot be queued again; anything else corrupt fails it at its next claim
+  return {'corrupt', bad}
 end
 local key = cur[3]
 if key then

@@ -9,7 +9,7 @@
 --       [8] "1" = wake lists follow
 -- Touches: per group the claims set and the recovered job hashes: back to pending (ready level,
 --          prios, pending; the attempt stays counted) or failed (at_most_once, or attempts
---          spent); finished jobs past retention are deleted with their index entries; a lapsed
+--          spent, or a corrupt record: see fault() in _lib.lua); finished jobs past retention are deleted with their index entries; a lapsed
 --          queue (ttl) drops its pending jobs.
 -- Returns: 3 strings per recovered job: group, number, new status.
 
@@ -50,10 +50,14 @@ for g = 1, ng do
       local jk = job_key(k, n)
       redis.call('ZREM', k.claims, n)
       local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority')
+      local bad = fault(jk)
       if f[1] == 'running' then
         redis.call('HDEL', jk, 'token', 'lease_expires_at')
         local status
-        if f[2] == 'at_most_once' then
+        if bad then
+          status = 'failed'
+          fail_corrupt(k, jk, n, now, bad, failed_ttl)
+        elseif f[2] == 'at_most_once' then
           status = 'failed'
           redis.call('HSET', jk, 'status', status, 'error', at_most_once_error, 'finished_at', now)
           to_finished(k, jk, n, status, now, failed_ttl)

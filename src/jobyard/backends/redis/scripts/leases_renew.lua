@@ -1,12 +1,14 @@
 -- leases_renew.lua: heartbeat: push the lease of each (job, token) to now + that job's lease.
 --
 -- KEYS: the 13 keys of each queue group (see _lib.lua).
--- ARGV: [1] now, "" = Redis TIME   [2] JSON array of [group, number, token]
+-- ARGV: [1] now, "" = Redis TIME   [2] seconds a failed job is kept (0: forever): a corrupt
+--       record fails instead   [3] JSON array of [group, number, token]
 -- Touches: lease_expires_at of the renewed job hashes; their scores in each group's claims set.
 -- Returns: the 1-based positions of the jobs whose lease was lost (not running with that token).
 
 local now = now_from(ARGV[1])
-local items = cjson.decode(ARGV[2])
+local failed_ttl = tonumber(ARGV[2]) or 0
+local items = cjson.decode(ARGV[3])
 
 local lost = {}
 local groups = {}
@@ -20,6 +22,9 @@ for i, it in ipairs(items) do
   local jk = job_key(k, n)
   local cur = redis.call('HMGET', jk, 'status', 'token', 'lease')
   if cur[1] ~= 'running' or cur[2] ~= token then
+    lost[#lost + 1] = i
+  elseif fault(jk) then -- its lease cannot be renewed: failed, and lost to its worker
+    fail_corrupt(k, jk, n, now, fault(jk), failed_ttl)
     lost[#lost + 1] = i
   else
     local expires = now + tonumber(cur[3])
