@@ -111,6 +111,8 @@ def check_url(url: str) -> None:
         parts, netloc, port_text = None, "", ""
     split = parts is not None and "@" not in netloc and "@" in url[len(parts.scheme) + 3 :]
     bad = parts is None or bool(parts.fragment)
+    # userinfo, then an "@" after a "/": a password's "@" and "/" left unencoded ("S3CR@/T0KN")
+    bad = bad or (parts is not None and "@" in netloc and "@" in parts.path)
     if split and parts is not None:
         # the userinfo ended early: at a "/" (the rest is in the path), a "?" (in the query) or
         # a "#": the "port" is then the password's head, or an "@" lies in the path

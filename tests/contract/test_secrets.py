@@ -60,7 +60,9 @@ def assert_clean(text: str, secret: str, where: str) -> None:
         assert part not in text, f"{where} shows {part!r}: {text!r}"
 
 
-@settings(max_examples=400, deadline=None, database=None)
+# derandomize: the same 400 URL shapes every run, so CI cannot turn red on a new draw; widen it
+# by hand (max_examples=30000, derandomize=False) when changing the masking.
+@settings(max_examples=400, deadline=None, database=None, derandomize=True)
 @given(secret_urls())
 def test_no_part_of_a_secret_shows_in_any_rendering_of_its_url(case: tuple[str, str]) -> None:
     url, secret = case
