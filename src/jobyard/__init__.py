@@ -17,6 +17,7 @@ from .errors import (
     QueueFull,
     Retry,
     SchemaError,
+    StoreUnavailable,
 )
 from .hooks import EnqueueEvent, JobEvent
 from .job import Job, JobFunction, JobHandle, Status
@@ -46,6 +47,7 @@ __all__ = [
     "QueueFull",
     "Retry",
     "SchemaError",
+    "StoreUnavailable",
     "Status",
     "SystemClock",
     "WorkerInfo",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ._enqueue import Enqueue
 from ._secrets import check_url, remember
-from .backends import mask_url, open_backend
+from .backends import mask_url, open_backend, probe_store
 from .backends.base import (
     DEFAULT_LEASE,
     FINISHED,
@@ -86,6 +86,14 @@ class App:
                         raise
                     self._backend = backend
         return self._backend
+
+    def check_store(self, timeout: float = 5.0) -> None:
+        """Connect to the store once, without retries, and raise
+        :class:`jobyard.errors.StoreUnavailable` naming the cause if that fails within
+        ``timeout`` seconds. One-shot commands call it first; a worker instead waits out an
+        outage."""
+        if self._backend is None:
+            probe_store(self.url, timeout)
 
     def migrate(self) -> list[str]:
         """Create or upgrade the store's schema (``jobyard migrate``); names of what ran."""

@@ -50,6 +50,7 @@ log = logging.getLogger("jobyard.cli")
 LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
+CHECK_TIMEOUT = 4.0  # seconds a one-shot command gives the store to answer its first connection
 
 # --- the command group --------------------------------------------------------------------------
 
@@ -76,18 +77,23 @@ def cli(ctx: click.Context) -> None:
 _loaded: list[App] = []  # the App this command loaded, so an error can name its store
 
 
-def _app(ref: str) -> App:
-    """Load APP; whatever goes wrong in the user's module is one line (JOBYARD_DEBUG=1: all)."""
+def _app(ref: str, *, check: bool = True) -> App:
+    """Load APP; whatever goes wrong in the user's module is one line (JOBYARD_DEBUG=1: all).
+
+    With ``check`` (every one-shot command), a store that cannot be reached fails within
+    :data:`CHECK_TIMEOUT` seconds, naming the cause, instead of retrying as a worker does."""
     try:
         app = load_app(ref)
         _loaded.append(app)
-        return app
     except JobyardError:
         raise
     except Exception as exc:
         if os.environ.get("JOBYARD_DEBUG"):
             raise
         raise ConfigurationError(f"cannot load {ref!r}: {type(exc).__name__}: {exc}") from exc
+    if check:
+        app.check_store(CHECK_TIMEOUT)
+    return app
 
 
 @cli.command()
@@ -179,7 +185,7 @@ def worker(
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    app = _app(app_ref)
+    app = _app(app_ref, check=False)  # a worker waits out an outage instead
     options: dict[str, Any] = {
         "queues": list(queues) or None,
         "concurrency": concurrency,

@@ -15,6 +15,11 @@ class SchemaError(JobyardError):
     """The store's schema is missing or older than this version of jobyard."""
 
 
+class StoreUnavailable(JobyardError):
+    """The store could not be reached or refused the connection; the message names the cause
+    (connection refused at host:port, a database that does not exist, failed authentication)."""
+
+
 class QueueFull(JobyardError):
     """The queue holds ``max_pending`` jobs already; nothing of the refused enqueue was written."""
 

@@ -11,7 +11,7 @@ from ..clock import Clock
 from ..errors import ConfigurationError
 from .base import Backend
 
-__all__ = ["SCHEMES", "mask_url", "open_backend"]
+__all__ = ["SCHEMES", "mask_url", "open_backend", "probe_store"]
 
 # scheme -> (module, class, pip extra)
 SCHEMES: dict[str, tuple[str, str, str | None]] = {
@@ -23,6 +23,31 @@ SCHEMES: dict[str, tuple[str, str, str | None]] = {
     "rediss": ("jobyard.backends.redis.backend", "RedisBackend", "redis"),
     "redis+cluster": ("jobyard.backends.redis.backend", "RedisBackend", "redis"),
 }
+
+
+# scheme -> (module, function) of a quick reachability check; stores in this process have none
+PROBES: dict[str, tuple[str, str]] = {
+    "postgresql": ("jobyard.backends.postgres._connect", "probe"),
+    "postgres": ("jobyard.backends.postgres._connect", "probe"),
+    "redis": ("jobyard.backends.redis._connection", "probe"),
+    "rediss": ("jobyard.backends.redis._connection", "probe"),
+    "redis+cluster": ("jobyard.backends.redis._connection", "probe"),
+}
+
+
+def probe_store(url: str, timeout: float) -> None:
+    """Connect to the store once, within ``timeout`` seconds and without retries, and raise
+    :class:`jobyard.errors.StoreUnavailable` with the cause if that fails."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in PROBES:
+        return
+    module_name, fn = PROBES[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return  # open_backend says what to install
+    parse = module.parse_url
+    getattr(module, fn)(parse(url), timeout)
 
 
 def open_backend(url: str, clock: Clock) -> Backend:

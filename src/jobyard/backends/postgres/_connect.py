@@ -24,7 +24,7 @@ from psycopg.types.numeric import Int8Dumper
 from psycopg_pool import ConnectionPool
 
 from ..._secrets import scrub
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StoreUnavailable
 
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 DEFAULT_POOL_MIN = 1
@@ -139,6 +139,22 @@ def reset(conn: psycopg.Connection[Any]) -> None:
     (``connection_acquire``) returns to autocommit, as every other user expects."""
     if not conn.autocommit:
         conn.autocommit = True
+
+
+def probe(settings: Settings, timeout: float) -> None:
+    """Open one connection and close it, within ``timeout`` seconds; raise
+    :class:`StoreUnavailable` with libpq's own words for the cause (connection refused at
+    host:port, a database or role that does not exist, a failed password). Used before a
+    one-shot command opens the pool, whose background reconnects would only report
+    ``PoolTimeout`` after 30 s."""
+    kwargs = dict(settings.kwargs)
+    kwargs["connect_timeout"] = max(2, round(timeout))  # libpq's minimum is 2 s
+    try:
+        conn = psycopg.connect(settings.conninfo, **kwargs)
+    except psycopg.Error as exc:
+        cause = str(exc).removeprefix("connection failed: ")
+        raise StoreUnavailable(f"cannot connect to PostgreSQL: {cause}") from None
+    conn.close()
 
 
 def open_pool(settings: Settings, name: str) -> ConnectionPool[psycopg.Connection[Any]]:

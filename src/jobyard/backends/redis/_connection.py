@@ -18,7 +18,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StoreUnavailable
 
 log = logging.getLogger("jobyard.redis")
 T = TypeVar("T")
@@ -178,6 +178,48 @@ def make_client(settings: Settings, decode: bool = True) -> Any:
     return redis.Redis.from_url(settings.client_url, **options)
 
 
+def probe(settings: Settings, timeout: float) -> None:
+    """PING one node with ``timeout`` seconds to connect and answer, no retries; raise
+    :class:`StoreUnavailable` naming the node and the cause (refused, timed out, failed
+    authentication). Cluster: the first startup node that answers will do."""
+    parts = urlsplit(settings.client_url)
+    cause = ""
+    for host, port in settings.startup_nodes:
+        url = urlunsplit(parts._replace(netloc=_with_host(parts.netloc, host, port)))
+        if settings.cluster:
+            url = urlunsplit(urlsplit(url)._replace(path=""))  # Cluster has db 0 only
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=timeout, socket_timeout=timeout, retry=None
+        )
+        try:
+            client.ping()
+            return
+        except redis.exceptions.AuthenticationError as exc:
+            raise StoreUnavailable(
+                f"authentication failed at Redis {host}:{port}: {exc}"
+            ) from None
+        except redis.exceptions.ResponseError as exc:  # NOAUTH, WRONGPASS in older servers
+            raise StoreUnavailable(f"Redis at {host}:{port} refused the connection: {exc}") from None
+        except redis.exceptions.RedisError as exc:
+            cause = f"cannot reach Redis at {host}:{port}: {_cause(exc)}"
+        finally:
+            client.close()
+    raise StoreUnavailable(cause)
+
+
+def _with_host(netloc: str, host: str, port: int) -> str:
+    userinfo, at, _ = netloc.rpartition("@")
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"{userinfo}{at}{where}"
+
+
+def _cause(exc: BaseException) -> str:
+    """redis-py's "Error 111 connecting to h:p. Connection refused." as "connection refused"."""
+    text = str(exc).rstrip(".")
+    _, sep, tail = text.rpartition(". ")
+    return (tail if sep else text).lower() or type(exc).__name__
+
+
 def call(fn: Callable[[], T], retry_for: float, closed: Callable[[], bool]) -> T:
     """Run ``fn``, retrying with capped exponential backoff while Redis is unreachable, for up
     to ``retry_for`` seconds. A retried write may have been applied before its reply was lost:
@@ -188,6 +230,8 @@ def call(fn: Callable[[], T], retry_for: float, closed: Callable[[], bool]) -> T
         try:
             return fn()
         except TRANSIENT as exc:
+            if isinstance(exc, redis.exceptions.AuthenticationError):
+                raise  # wrong credentials do not heal by waiting
             now = time.monotonic()
             if deadline is None:
                 deadline = now + retry_for

@@ -198,7 +198,9 @@ class RedisBackend:
     # schema -----------------------------------------------------------------------------------
 
     def schema_migrate(self) -> list[str]:
-        """Redis has no schema: nothing to apply."""
+        """Redis has no schema: nothing to apply, once the server answers (a dead port or
+        wrong credentials fail here rather than pass for "up to date")."""
+        self._call(self.client.ping)
         return []
 
     def schema_check(self) -> None:
