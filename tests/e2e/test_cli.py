@@ -284,9 +284,9 @@ def test_cancel_retry_and_purge(cli: Cli) -> None:
 
 
 def test_migrate_reports_the_schema_state(cli: Cli) -> None:
-    out = cli.ok("migrate", APP)
-
-    assert "up to date" in out or "applied" in out
+    # given a new SQLite store (the first use of a SQLite store migrates it)
+    # when migrate runs, then it says the schema is current, naming the store
+    assert cli.ok("migrate", APP).strip() == f"schema is up to date ({cli.url})"
 
 
 # --- the worker ---------------------------------------------------------------------------------
@@ -428,6 +428,47 @@ def test_an_unreachable_store_is_one_line_without_the_password(cli: Cli) -> None
     assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
     assert "hunter2" not in done.stdout + done.stderr
     assert "redis://:***@127.0.0.1:1/0" in done.stderr
+
+
+DOWN = [
+    pytest.param("redis://127.0.0.1:1/0", "connection refused at 127.0.0.1:1", id="redis-refused"),
+    pytest.param(
+        "redis://nosuchuser:pw@127.0.0.1:6379/0", "authentication failed", id="redis-credentials"
+    ),
+    pytest.param("postgresql://127.0.0.1:1/test", "port 1 failed: Connection refused", id="pg-port"),
+    pytest.param(
+        "postgresql://127.0.0.1/jobyard_no_such_db",
+        'database "jobyard_no_such_db" does not exist',
+        id="pg-database",
+    ),
+    pytest.param(
+        "postgresql://jobyard_no_such_role:pw@127.0.0.1/test",
+        'role "jobyard_no_such_role" does not exist',
+        id="pg-role",
+    ),
+]
+
+
+@pytest.mark.parametrize("command", ["status", "migrate"])
+@pytest.mark.parametrize(("url", "cause"), DOWN)
+def test_a_store_that_is_down_fails_fast_with_the_real_cause(
+    cli: Cli, url: str, cause: str, command: str
+) -> None:
+    pytest.importorskip(
+        "jobyard.backends.redis.backend" if url.startswith("redis") else "psycopg_pool"
+    )
+    # given a store URL whose server refuses us, when a one-shot command runs against it
+    started = time.monotonic()
+    done = cli(command, APP, env={"JOBYARD_URL": url})
+    took = time.monotonic() - started
+
+    # then it fails within 5 s (a subprocess start included) on one line naming the cause,
+    # without the pool's reconnect warnings or a PoolTimeout that hides the cause
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: store ") and len(done.stderr.splitlines()) == 1
+    assert cause in done.stderr
+    assert "PoolTimeout" not in done.stderr and "up to date" not in done.stdout
+    assert took < 5.0, took
 
 
 @pytest.mark.parametrize(

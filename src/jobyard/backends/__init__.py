@@ -8,7 +8,7 @@ import importlib
 from .._extras import MissingExtra
 from .._secrets import check_url, mask_url, remember
 from ..clock import Clock
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreUnavailable
 from .base import Backend
 
 __all__ = ["SCHEMES", "mask_url", "open_backend", "probe_store"]
@@ -46,8 +46,10 @@ def probe_store(url: str, timeout: float) -> None:
         module = importlib.import_module(module_name)
     except ImportError:
         return  # open_backend says what to install
-    parse = module.parse_url
-    getattr(module, fn)(parse(url), timeout)
+    try:
+        getattr(module, fn)(module.parse_url(url), timeout)
+    except StoreUnavailable as exc:
+        raise StoreUnavailable(f"store {mask_url(url)} unavailable: {exc}") from None
 
 
 def open_backend(url: str, clock: Clock) -> Backend:

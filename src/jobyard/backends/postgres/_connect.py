@@ -153,7 +153,7 @@ def probe(settings: Settings, timeout: float) -> None:
         conn = psycopg.connect(settings.conninfo, **kwargs)
     except psycopg.Error as exc:
         cause = str(exc).removeprefix("connection failed: ")
-        raise StoreUnavailable(f"cannot connect to PostgreSQL: {cause}") from None
+        raise StoreUnavailable(cause) from None
     conn.close()
 
 

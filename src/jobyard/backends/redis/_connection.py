@@ -4,6 +4,7 @@ scripts, and calling through dropped connections and restarts."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,13 +196,11 @@ def probe(settings: Settings, timeout: float) -> None:
             client.ping()
             return
         except redis.exceptions.AuthenticationError as exc:
-            raise StoreUnavailable(
-                f"authentication failed at Redis {host}:{port}: {exc}"
-            ) from None
+            raise StoreUnavailable(f"authentication failed at {host}:{port}: {exc}") from None
         except redis.exceptions.ResponseError as exc:  # NOAUTH, WRONGPASS in older servers
-            raise StoreUnavailable(f"Redis at {host}:{port} refused the connection: {exc}") from None
+            raise StoreUnavailable(f"{host}:{port} refused the connection: {exc}") from None
         except redis.exceptions.RedisError as exc:
-            cause = f"cannot reach Redis at {host}:{port}: {_cause(exc)}"
+            cause = f"{_cause(exc)} at {host}:{port}"
         finally:
             client.close()
     raise StoreUnavailable(cause)
@@ -220,15 +219,60 @@ def _cause(exc: BaseException) -> str:
     return (tail if sep else text).lower() or type(exc).__name__
 
 
-def call(fn: Callable[[], T], retry_for: float, closed: Callable[[], bool]) -> T:
+class Outage:
+    """One log line per backoff step of an outage, however many threads are retrying.
+
+    Every thread of a worker (claims, heartbeats, maintenance) retries on its own; logging each
+    retry would print a few lines every second. Instead the first failure is logged with its
+    cause, then again each time the outage has lasted twice as long as at the last line (1 s,
+    2 s, 4 s, ... capped at a minute), and once when Redis answers again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._next = 0.0
+        self._step = 1.0
+
+    def failed(self, exc: BaseException) -> None:
+        """A call failed with a transient error; log it if this step of the outage has not."""
+        now = time.monotonic()
+        with self._lock:
+            if self._since is None:
+                self._since, self._next, self._step = now, now + 1.0, 1.0
+                log.warning("redis unreachable (%s: %s); retrying", type(exc).__name__, exc)
+            elif now >= self._next:
+                log.warning(
+                    "redis still unreachable after %.0fs (%s: %s); retrying",
+                    now - self._since,
+                    type(exc).__name__,
+                    exc,
+                )
+                self._step = min(self._step * 2, 60.0)
+                self._next = now + self._step
+
+    def answered(self) -> None:
+        """A call succeeded: log the end of an outage."""
+        if self._since is None:
+            return
+        with self._lock:
+            if self._since is not None:
+                log.warning("redis reachable again after %.1fs", time.monotonic() - self._since)
+                self._since = None
+
+
+def call(
+    fn: Callable[[], T], retry_for: float, closed: Callable[[], bool], outage: Outage | None = None
+) -> T:
     """Run ``fn``, retrying with capped exponential backoff while Redis is unreachable, for up
     to ``retry_for`` seconds. A retried write may have been applied before its reply was lost:
-    jobs are at-least-once, and a settled outcome seen again is reported as stale, not redone."""
+    jobs are at-least-once, and a settled outcome seen again is reported as stale, not redone.
+    ``outage`` (one per backend) keeps the log to one line per step of an outage."""
+    outage = outage or Outage()
     delay = 0.02
     deadline: float | None = None
     while True:
         try:
-            return fn()
+            result = fn()
         except TRANSIENT as exc:
             if isinstance(exc, redis.exceptions.AuthenticationError):
                 raise  # wrong credentials do not heal by waiting
@@ -237,11 +281,12 @@ def call(fn: Callable[[], T], retry_for: float, closed: Callable[[], bool]) -> T
                 deadline = now + retry_for
             if closed() or now >= deadline:
                 raise
-            log.warning(
-                "redis unreachable (%s: %s); retrying in %.2fs", type(exc).__name__, exc, delay
-            )
+            outage.failed(exc)
             time.sleep(min(delay, max(deadline - now, 0.0)))
             delay = min(delay * 2, 1.0)
+        else:
+            outage.answered()
+            return result
 
 
 class Scripts:

@@ -70,7 +70,7 @@ from ..base import (
     WorkersBeatParams,
 )
 from . import _admin, _schedules, consumers
-from ._connection import TRANSIENT, Scripts, call, make_client, parse_url
+from ._connection import TRANSIENT, Outage, Scripts, call, make_client, parse_url
 from .keys import QUEUE_RE, Keys, parse_job_id
 from .keys import job_id as make_id
 
@@ -150,11 +150,12 @@ class RedisBackend:
         self._closed = False
         self._binary: Any = None
         self._lock = threading.Lock()
+        self._outage = Outage()
 
     # plumbing ---------------------------------------------------------------------------------
 
     def _call(self, fn: Callable[[], T]) -> T:
-        return call(fn, self.settings.retry_for, lambda: self._closed)
+        return call(fn, self.settings.retry_for, lambda: self._closed, self._outage)
 
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = self.scripts[name]
