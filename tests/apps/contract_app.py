@@ -28,6 +28,18 @@ def marks(sink: Path, kind: str, tag: str = "") -> list[Path]:
     return [p for p in sink.iterdir() if p.name.startswith(prefix)]
 
 
+def open_gate(sink: Path, tag: str) -> None:
+    """Let the attempts waiting in :func:`wait_for_gate` for ``tag`` go on."""
+    (sink / f"gate.{tag}").write_text("open")
+
+
+def wait_for_gate(tag: str, timeout: float = 60.0) -> None:
+    """Hold the calling handler until the test opens the gate of ``tag`` (at most ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not (SINK / f"gate.{tag}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 @app.job(queue="work")
 def record(tag: str) -> int:
     """Record one execution."""
@@ -36,15 +48,17 @@ def record(tag: str) -> int:
 
 
 @app.job(queue="leases", lease=1.0, max_attempts=3, backoff=jobyard.Backoff("fixed", base=0.0))
-def hang_first(tag: str, seconds: float) -> str:
+def hang_first(tag: str, seconds: float, gated: bool = False) -> str:
     """The first attempt announces itself and runs ``seconds`` before it answers "first";
-    later attempts answer "second" at once."""
+    later attempts answer "second" at once, or (``gated``) once the test opens the gate."""
     attempt = jobyard.current_job().attempt
     mark("start", tag, str(attempt))
     if attempt == 1:
         time.sleep(seconds)
         mark("late", tag)
         return "first"
+    if gated:
+        wait_for_gate(tag)
     return "second"
 
 

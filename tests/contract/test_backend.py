@@ -349,6 +349,29 @@ def test_stats_and_workers(backend: Backend, clock: jobyard.FrozenClock) -> None
     assert backend.workers_list() == []
 
 
+def test_a_silent_worker_is_gone_after_its_own_limit_even_with_no_other_worker(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given two workers that stated different silence limits, then went silent
+    def info(wid: str) -> WorkerInfo:
+        return WorkerInfo(wid, "host", 1, ("q",), 1, clock.now(), 0.0)
+
+    backend.workers_beat(WorkersBeatParams(info("short"), forget_after=10.0))
+    backend.workers_beat(WorkersBeatParams(info("long"), forget_after=100.0))
+
+    # when less than the short limit passes, both are live
+    clock.advance(9)
+    assert sorted(w.id for w in backend.workers_list()) == ["long", "short"]
+
+    # when it has passed, the listing alone (no beat of any worker) drops the short one
+    clock.advance(2)
+    assert [w.id for w in backend.workers_list()] == ["long"]
+
+    # and its entry is gone from the store: going back in time does not bring it back
+    clock.advance(-11)
+    assert [w.id for w in backend.workers_list()] == ["long"]
+
+
 def test_wait_is_woken_by_an_insert(backend: Backend) -> None:
     import threading
     import time

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import jobyard
-from tests.apps.contract_app import marks
+from tests.apps.contract_app import marks, open_gate
 from tests.conftest import WorkerProcess, wait_until
 
 pytestmark = pytest.mark.processes
@@ -41,8 +42,36 @@ def test_sigkilled_workers_job_completes_elsewhere(
     assert handle.result(timeout=30) == "second"
     job = job_of(app, handle.id)
     assert (job.status, job.attempts) == ("completed", 2)
-    assert sorted(p.read_text() for p in marks(sink, "start", "k")) == ["1", "2"]
-    assert marks(sink, "late", "k") == []
+    starts = sorted(marks(sink, "start", "k"), key=lambda p: p.read_text())
+    assert [p.read_text() for p in starts] == ["1", "2"]
+    # the second attempt ran in the second worker (mark names carry the pid)
+    first_pid, second_pid = (p.name.split(".")[2] for p in starts)
+    assert first_pid == str(first.pid) and second_pid != first_pid
+
+
+def test_a_killed_worker_is_shown_gone_and_its_entry_cleared(
+    app: jobyard.App,
+    shared_store: tuple[str, str],
+    spawn_worker: Callable[..., WorkerProcess],
+) -> None:
+    # given a registered worker process, killed so that it cannot unregister
+    worker = spawn_worker(shared_store[1], "-q", "work", "--reap-interval", "0.2")
+    (info,) = wait_until(app.workers, what="the worker to register")
+    assert info.pid == worker.pid
+    worker.signal(signal.SIGKILL)
+    worker.wait()
+    assert [w.pid for w in app.workers()] == [worker.pid]  # silent, not yet for long
+
+    # when the workers are listed (as status does) after its stated silence limit, with no
+    # other worker left to forget it (the clock is moved instead of waiting 20 s)
+    later = jobyard.App(shared_store[1], clock=jobyard.FrozenClock(time.time() + 120))
+    try:
+        # then it is not shown
+        assert later.workers() == []
+    finally:
+        later.close()
+    # and its entry is cleared from the store, not only hidden
+    assert app.workers() == []
 
 
 def test_paused_worker_cannot_overwrite_the_rescuers_outcome(
@@ -51,18 +80,31 @@ def test_paused_worker_cannot_overwrite_the_rescuers_outcome(
     spawn_worker: Callable[..., WorkerProcess],
     sink: Path,
 ) -> None:
-    handle = app.by_name("hang_first", queue="leases", lease=1.0, max_attempts=3).enqueue("f", 2.5)
+    # given a worker paused mid-attempt, whose job a second worker rescued and now runs
+    handle = app.by_name("hang_first", queue="leases", lease=1.0, max_attempts=3).enqueue(
+        "f", 2.5, gated=True
+    )
     paused = spawn_worker(shared_store[1], "-q", "leases", "-c", "1", "--reap-interval", "0.2")
     wait_until(lambda: marks(sink, "start", "f"), what="first attempt started")
     paused.signal(signal.SIGSTOP)
     spawn_worker(shared_store[1], "-q", "leases", "-c", "1", "--reap-interval", "0.2")
-    assert handle.result(timeout=30) == "second"
+    wait_until(lambda: len(marks(sink, "start", "f")) == 2, what="the rescuer's attempt")
+
+    # when the paused worker resumes while the rescuer's attempt is still running, finishes
+    # its stale attempt and stops (a graceful stop writes every outcome it holds)
     paused.signal(signal.SIGCONT)
     wait_until(lambda: marks(sink, "late", "f"), what="the paused handler to finish")
-    wait_until(lambda: "refused" in paused.output(), what="the stale outcome to be refused")
+    paused.signal(signal.SIGTERM)
+    assert paused.wait(30) == 0
+
+    # then its outcome was refused: the job still runs under the rescuer's attempt
+    job = job_of(app, handle.id)
+    assert (job.status, job.result, job.attempts) == ("running", None, 2)
+    # and the rescuer's outcome is the one that stands
+    open_gate(sink, "f")
+    assert handle.result(timeout=30) == "second"
     job = job_of(app, handle.id)
     assert (job.status, job.result, job.attempts) == ("completed", "second", 2)
-    assert paused.proc.poll() is None  # the stale worker keeps going
 
 
 def test_heartbeats_keep_a_long_job_across_worker_processes(

@@ -435,7 +435,9 @@ DOWN = [
     pytest.param(
         "redis://nosuchuser:pw@127.0.0.1:6379/0", "authentication failed", id="redis-credentials"
     ),
-    pytest.param("postgresql://127.0.0.1:1/test", "port 1 failed: Connection refused", id="pg-port"),
+    pytest.param(
+        "postgresql://127.0.0.1:1/test", "port 1 failed: Connection refused", id="pg-port"
+    ),
     pytest.param(
         "postgresql://127.0.0.1/jobyard_no_such_db",
         'database "jobyard_no_such_db" does not exist',

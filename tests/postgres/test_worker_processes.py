@@ -14,7 +14,7 @@ import pytest
 
 import jobyard
 from jobyard.backends.base import StatsParams
-from tests.apps.contract_app import marks
+from tests.apps.contract_app import marks, open_gate
 from tests.conftest import WorkerProcess, wait_until
 from tests.postgres.conftest import terminate
 from tests.postgres.support import with_params
@@ -100,15 +100,29 @@ def test_a_stale_workers_commit_is_refused_with_its_writes(
     sink: Path,
     effects: Callable[[], list[tuple[Any, ...]]],
 ) -> None:
-    handle = app.by_name("tx_write", queue="tx", lease=1.0).enqueue("s", 3.0)
+    # given a worker paused inside its attempt's transaction, whose job a second worker
+    # rescued and now runs (its own write not committed yet)
+    handle = app.by_name("tx_write", queue="tx", lease=1.0).enqueue("s", 3.0, gated=True)
     paused = spawn_worker(url, "-q", "tx", "-c", "1", "--reap-interval", "0.2", app_ref=APP)
     wait_until(lambda: marks(sink, "written", "s"), what="the first attempt's write")
     paused.signal(signal.SIGSTOP)  # no heartbeat: the lease lapses and the job is rescued
     spawn_worker(url, "-q", "tx", "-c", "1", "--reap-interval", "0.2", app_ref=APP)
-    assert handle.result(timeout=30) == 2
+    wait_until(lambda: len(marks(sink, "written", "s")) == 2, what="the rescuer's write")
+
+    # when the paused worker resumes while the rescuer's attempt still runs, finishes its
+    # stale attempt and stops (a graceful stop settles every outcome it holds)
     paused.signal(signal.SIGCONT)
     wait_until(lambda: marks(sink, "late", "s"), what="the paused attempt to finish")
-    wait_until(lambda: "rolled back" in paused.output(), what="the stale commit to be refused")
+    paused.signal(signal.SIGTERM)
+    assert paused.wait(30) == 0
+
+    # then its completion was refused with its write: nothing committed, the job still runs
+    assert effects() == []
+    job = app.get(handle.id)
+    assert (job.status, job.result, job.attempts) == ("running", None, 2)
+    # and the rescuer's commit is the one that stands
+    open_gate(sink, "s")
+    assert handle.result(timeout=30) == 2
     assert effects() == [("s", 2)]
     job = app.get(handle.id)
     assert (job.status, job.result, job.attempts) == ("completed", 2, 2)

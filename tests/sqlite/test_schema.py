@@ -15,7 +15,7 @@ from jobyard.backends.sqlite.backend import SQLiteBackend
 from jobyard.clock import SystemClock
 from jobyard.errors import ConfigurationError, SchemaError
 
-MIGRATIONS = ["0001_initial", "0002_schedules"]
+MIGRATIONS = ["0001_initial", "0002_schedules", "0003_workers_forget_after"]
 
 
 # --- URLs ------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def test_opening_migrates_once_and_records_each_version(
     backend: SQLiteBackend, raw: sqlite3.Connection, open_backend: Callable[..., SQLiteBackend]
 ) -> None:
     rows = raw.execute("SELECT version, name FROM jobyard_migrations ORDER BY version").fetchall()
-    assert rows == [(1, "0001_initial"), (2, "0002_schedules")]
+    assert rows == [(1, "0001_initial"), (2, "0002_schedules"), (3, "0003_workers_forget_after")]
     assert backend.schema_migrate() == []
     backend.schema_check()
     open_backend().schema_check()  # a second open finds nothing to do
@@ -119,8 +119,11 @@ def test_a_failed_migration_leaves_nothing_half_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given a migration whose second statement fails
+    last = len(_sql.migrations())
     broken = _sql.Migration(
-        3, "0003_broken", ("CREATE TABLE half (x INTEGER)", "CREATE TABLE jobs (x INTEGER)")
+        last + 1,
+        f"{last + 1:04d}_broken",
+        ("CREATE TABLE half (x INTEGER)", "CREATE TABLE jobs (x INTEGER)"),
     )
     backend = SQLiteBackend(f"sqlite:///{tmp_path}/m.db", SystemClock())
     try:
@@ -133,7 +136,7 @@ def test_a_failed_migration_leaves_nothing_half_done(
         # then the first statement was rolled back with it, and the version not recorded
         conn = backend._conns.get()
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'half'").fetchone() is None
-        assert conn.execute("SELECT max(version) FROM jobyard_migrations").fetchone()[0] == 2
+        assert conn.execute("SELECT max(version) FROM jobyard_migrations").fetchone()[0] == last
         assert not conn.in_transaction
     finally:
         backend.close()

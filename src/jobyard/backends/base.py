@@ -315,7 +315,9 @@ class WorkersBeatParams:
 
     worker: WorkerInfo
     stopping: bool = False
-    forget_after: float = 60.0  # workers silent this long are dropped from the registry
+    # This worker counts as gone once it has been silent this long (its beat interval times a
+    # margin); stored with it, so any worker's beat and ``workers_list`` drop it after that.
+    forget_after: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,7 +449,9 @@ class Backend(Protocol):
         ...
 
     def workers_list(self) -> list[WorkerInfo]:
-        """Workers seen recently."""
+        """Live workers; those silent longer than their own ``forget_after`` are dropped from
+        the registry here too, so a killed worker leaves ``jobyard status`` on time even when
+        no other worker is left to forget it."""
         ...
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:

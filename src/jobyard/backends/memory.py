@@ -64,6 +64,7 @@ class MemoryBackend:
         self._rows: dict[str, _Row] = {}
         self._queues: dict[str, QueueConfig] = {}
         self._workers: dict[str, WorkerInfo] = {}
+        self._forget_after: dict[str, float] = {}  # worker id -> its stated silence limit
         self._schedules: dict[str, Schedule] = {}
         self._ids = itertools.count(1)
         self._inserts = 0
@@ -390,15 +391,22 @@ class MemoryBackend:
             now = self._now()
             if params.stopping:
                 self._workers.pop(params.worker.id, None)
+                self._forget_after.pop(params.worker.id, None)
             else:
                 self._workers[params.worker.id] = replace(params.worker, last_seen=now)
-            for wid, info in list(self._workers.items()):
-                if info.last_seen < now - params.forget_after:
-                    del self._workers[wid]
+                self._forget_after[params.worker.id] = params.forget_after
+            self._forget_workers(now)
+
+    def _forget_workers(self, now: float) -> None:
+        for wid, info in list(self._workers.items()):
+            if info.last_seen < now - self._forget_after.get(wid, 60.0):
+                del self._workers[wid]
+                self._forget_after.pop(wid, None)
 
     def workers_list(self) -> list[WorkerInfo]:
-        """Workers seen recently."""
+        """Live workers; those silent past their own limit are forgotten."""
         with self._lock:
+            self._forget_workers(self._now())
             return sorted(self._workers.values(), key=lambda w: w.started_at)
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:

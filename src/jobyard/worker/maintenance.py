@@ -18,6 +18,9 @@ from ..backends.base import (
 from . import recurring
 
 log = logging.getLogger("jobyard.worker")
+BEAT_EVERY = 5.0  # seconds between registry beats (rounded to whole maintenance ticks)
+GONE_MARGIN = 4.0  # missed beats after which a worker counts as gone
+MIN_FORGET_AFTER = 15.0  # never sooner: a busy host may delay a beat by seconds
 
 
 class Ticker:
@@ -73,11 +76,13 @@ class Maintenance:
         # Jitter spreads the reapers of many workers so they do not all scan at once.
         interval = reap_interval * random.uniform(0.8, 1.2)
         self.ticker = Ticker("jobyard-maintenance", interval, self.tick)
-        self._every = max(round(5.0 / interval), 1)  # register about every 5 s
+        self._every = max(round(BEAT_EVERY / interval), 1)  # register about every 5 s
+        # A worker silent for GONE_MARGIN beats is shown as gone and dropped from the registry.
+        self.forget_after = max(self._every * interval * GONE_MARGIN, MIN_FORGET_AFTER)
 
     def start(self) -> None:
         """Register the worker and start the ticks."""
-        self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=30.0))
+        self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=self.forget_after))
         self.ticker.start()
 
     def stop(self) -> None:
@@ -96,7 +101,7 @@ class Maintenance:
             recurring.tick(self.backend)
         self._beats += 1
         if self._beats % self._every == 0:
-            self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=30.0))
+            self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=self.forget_after))
             if self.retention is not None:
                 purged = self.backend.jobs_purge(
                     JobsPurgeParams(("completed",), older_than=self.retention)

@@ -558,7 +558,8 @@ class PostgresBackend:
 
     def workers_list(self) -> list[WorkerInfo]:
         """Registered workers, oldest first."""
-        rows = self._run(lambda c: self._fetch(c, Q.workers_list))
+        args = {"now": self.clock.now()}
+        rows = self._run(lambda c: self._fetch(c, Q.workers_list, args))
         return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:

@@ -71,6 +71,7 @@ def workers_beat(b: RedisBackend, params: WorkersBeatParams) -> None:
             "queues": list(w.queues),
             "concurrency": w.concurrency,
             "started_at": w.started_at,
+            "forget_after": float(params.forget_after),
         }
     )
     args = [
@@ -85,7 +86,7 @@ def workers_beat(b: RedisBackend, params: WorkersBeatParams) -> None:
 
 def workers_list(b: RedisBackend) -> list[WorkerInfo]:
     """Registered workers, oldest first."""
-    reply = b._run("workers_list", [b.keys.workers, b.keys.workers_info], [])
+    reply = b._run("workers_list", [b.keys.workers, b.keys.workers_info], [b._now()])
     out = []
     for i in range(0, len(reply), 3):
         info = json.loads(reply[i + 2])
@@ -97,7 +98,7 @@ def workers_list(b: RedisBackend) -> list[WorkerInfo]:
                 queues=tuple(info["queues"]),
                 concurrency=int(info["concurrency"]),
                 started_at=float(info["started_at"]),
-                last_seen=float(reply[i + 1]),
+                last_seen=float(reply[i + 1]) - float(info.get("forget_after", 0.0)),
             )
         )
     out.sort(key=lambda w: w.started_at)

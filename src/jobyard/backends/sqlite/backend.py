@@ -491,13 +491,16 @@ class SQLiteBackend:
                         "concurrency": worker.concurrency,
                         "started_at": worker.started_at,
                         "now": now,
+                        "forget_after": float(params.forget_after),
                     },
                 )
-            conn.execute(q["workers_forget"], {"now": now, "forget_after": params.forget_after})
+            conn.execute(q["workers_forget"], {"now": now})
 
     def workers_list(self) -> list[WorkerInfo]:
-        """Workers in the registry, oldest first."""
-        rows = self._conns.get().execute(self._q["workers_list"]).fetchall()
+        """Live workers, oldest first; those silent past their own limit are forgotten."""
+        with self._writing() as conn:
+            conn.execute(self._q["workers_forget"], {"now": self._now(conn)})
+            rows = conn.execute(self._q["workers_list"]).fetchall()
         return [_rows.worker(r) for r in rows]
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:

@@ -309,23 +309,25 @@ SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused
 FROM queues ORDER BY name
 
 -- name: workers_upsert
-INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_seen)
+INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_seen, forget_after)
 VALUES (:id, :host, :pid, :queues, :concurrency, :started_at,
-        coalesce(:now, (julianday('now') - 2440587.5) * 86400.0))
+        coalesce(:now, (julianday('now') - 2440587.5) * 86400.0), :forget_after)
 ON CONFLICT (id) DO UPDATE
 SET host = excluded.host,
     pid = excluded.pid,
     queues = excluded.queues,
     concurrency = excluded.concurrency,
     started_at = excluded.started_at,
-    last_seen = excluded.last_seen
+    last_seen = excluded.last_seen,
+    forget_after = excluded.forget_after
 
 -- name: workers_delete
 DELETE FROM workers WHERE id = :id
 
 -- name: workers_forget
+-- Each worker by its own stated silence limit.
 DELETE FROM workers
-WHERE last_seen < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :forget_after
+WHERE last_seen < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - forget_after
 
 -- name: workers_list
 SELECT id, host, pid, queues, concurrency, started_at, last_seen

@@ -1,0 +1,7 @@
+-- 0003_workers_forget_after: each worker states how long a silence means it is gone.
+--
+-- A worker that was killed (SIGKILL, os._exit, a lost host) cannot unregister; it is dropped
+-- once it has been silent longer than its own forget_after, by any worker's beat or by a
+-- listing of the workers.
+
+ALTER TABLE workers ADD COLUMN forget_after REAL NOT NULL DEFAULT 60.0;
