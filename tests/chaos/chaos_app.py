@@ -67,15 +67,17 @@ PARTITION_QUEUE = "partition"
 @app.job(queue=PARTITION_QUEUE, lease=LEASE, max_attempts=3, backoff=jobyard.Backoff("fixed", 0.0))
 def partition_job(tag: str, host: str = "") -> str:
     """The first attempt announces itself, then holds the job until the test drops a file
-    ``release.<tag>`` into the sink (at most 120 s) and answers "first"; any later attempt
-    answers "rescued" at once. Each answer names the host (``$JOBYARD_HOST``) and pid."""
+    ``release.<tag>`` into the sink (at most 120 s) and answers "first"; a later attempt holds
+    it until ``rescue.<tag>`` appears and answers "rescued". Each answer names the host
+    (``$JOBYARD_HOST``) and pid."""
     job = jobyard.current_job()
     me = f"{os.environ.get('JOBYARD_HOST', '?')}:{os.getpid()}"
     mark("start", tag, me)
+    gate = "release" if job.attempt == 1 else "rescue"
+    deadline = time.monotonic() + 120.0
+    while not (SINK / f"{gate}.{tag}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     if job.attempt == 1:
-        deadline = time.monotonic() + 120.0
-        while not (SINK / f"release.{tag}").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
         mark("late", tag, me)
         return f"first {me}"
     return f"rescued {me}"
