@@ -376,14 +376,30 @@ def test_wait_is_woken_by_an_insert(backend: Backend) -> None:
     import threading
     import time
 
-    woke: list[bool] = []
-    t = threading.Thread(target=lambda: woke.append(backend.jobs_wait(JobsWaitParams(["q"], 10))))
+    # given a waiter on a settled store: its first waits may return at once (PostgreSQL wakes
+    # every waiter when its LISTEN connection comes up), so it waits until one times out
+    settled = threading.Event()
+    result: list[tuple[bool, float]] = []
+
+    def waiter() -> None:
+        for _ in range(50):
+            if not backend.jobs_wait(JobsWaitParams(["q"], 0.2)):
+                settled.set()
+                result.append((backend.jobs_wait(JobsWaitParams(["q"], 5)), time.monotonic()))
+                return
+
+    t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.05)  # let the waiter subscribe; correctness does not depend on it
+    assert settled.wait(20), "the waiter never timed out: it is woken without a reason"
+    time.sleep(0.05)  # let the waiter block again; correctness does not depend on it
+    # when a job is inserted
     started = time.monotonic()
     insert(backend, new())
     t.join(10)
-    assert woke and time.monotonic() - started < 5
+    # then the wait returns True, after the insert began and well before its timeout
+    ((woke, at),) = result
+    assert woke is True
+    assert started <= at < started + 4
 
 
 def test_corrupt_payload_is_stored_as_given(backend: Backend) -> None:
