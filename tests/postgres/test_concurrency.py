@@ -166,19 +166,26 @@ def race_renewals_with_settlements(heart: PostgresBackend, completer: PostgresBa
     pairs = [(j.id, j.token) for j in jobs]
     start = threading.Barrier(2)
     done = threading.Event()
+    refused: list[str] = []  # checked here, not in the thread (where a failed assert is lost)
+    errors: list[BaseException] = []
 
     def beat() -> None:
-        start.wait()
-        while not done.is_set():
-            sample = sorted(random.sample(pairs, 4), key=lambda p: -int(p[0]))
-            heart.leases_renew(LeasesRenewParams("w", sample))
+        try:
+            start.wait()
+            while not done.is_set():
+                sample = sorted(random.sample(pairs, 4), key=lambda p: -int(p[0]))
+                heart.leases_renew(LeasesRenewParams("w", sample))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
 
     def settle() -> None:
-        start.wait()
         try:
+            start.wait()
             for i in range(0, len(jobs), 200):
                 batch = [Outcome(j.id, j.token, "completed") for j in jobs[i : i + 200]]
-                assert completer.jobs_ack(JobsAckParams(batch)) == []
+                refused.extend(completer.jobs_ack(JobsAckParams(batch)))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
         finally:
             done.set()
 
@@ -187,6 +194,9 @@ def race_renewals_with_settlements(heart: PostgresBackend, completer: PostgresBa
         t.start()
     for t in threads:
         t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck (a deadlock?)"
+    assert errors == []
+    assert refused == []
 
 
 def test_heartbeats_and_settlements_never_deadlock(
