@@ -13,22 +13,36 @@ to call ``clock.advance(seconds)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from .app import App
 from .backends.base import JobsAckParams, JobsClaimParams, LeasesReapParams
 from .clock import FrozenClock
+from .errors import Retry
 from .job import Job, Status
 from .worker import executor
 
 __all__ = ["FrozenClock", "assert_enqueued", "drain", "enqueued"]
 
 
-def drain(app: App, queues: Sequence[str] | None = None, *, max_jobs: int = 100_000) -> int:
+def drain(
+    app: App,
+    queues: Sequence[str] | None = None,
+    *,
+    max_jobs: int = 100_000,
+    raise_errors: bool = False,
+) -> int:
     """Run due jobs of ``queues`` (default: every queue of the app's jobs) one by one in this
     thread until none is due; returns how many attempts ran. Jobs that fail with attempts left
-    go back to pending with their backoff: with a frozen clock, advance it and drain again."""
+    go back to pending with their backoff: with a frozen clock, advance it and drain again.
+
+    With ``raise_errors=True`` the first exception a handler raises is raised again here, with
+    its own traceback, once its job's outcome is recorded (retried or failed, as a worker would
+    have done); draining stops there. ``jobyard.Retry`` is a request, not an error, and is not
+    raised again; ``jobyard.Drop`` is."""
     names = list(queues) if queues else sorted({jf.opts.queue for jf in app.registry.values()})
     names = names or ["default"]
     backend = app.backend
@@ -39,11 +53,47 @@ def drain(app: App, queues: Sequence[str] | None = None, *, max_jobs: int = 100_
         jobs = backend.jobs_claim(JobsClaimParams("testing", names, 1))
         if not jobs:
             return ran
-        left = pipeline.execute(jobs[0])
+        raised: list[BaseException] = []
+        left = pipeline.execute(jobs[0], _keeping(raised) if raise_errors else None)
         if left is not None:
             backend.jobs_ack(JobsAckParams([left]))
         ran += 1
+        if raised:
+            raise raised[0]
     return ran
+
+
+def _keeping(raised: list[BaseException]) -> Callable[[executor.Call], executor.Call]:
+    """A wrap for Pipeline.execute that keeps what the handler raised (a Retry excepted)."""
+
+    def keep(exc: BaseException) -> None:
+        # A Retry asks for another attempt; a CancelledError is the timeout's, not the handler's.
+        if not isinstance(exc, Retry | asyncio.CancelledError):
+            raised.append(exc)
+
+    def wrap(call: executor.Call) -> executor.Call:
+        func = call.func
+        if call.is_async:
+
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await func(*args, **kwargs)
+                except BaseException as exc:
+                    keep(exc)
+                    raise
+
+            return replace(call, func=run_async)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except BaseException as exc:
+                keep(exc)
+                raise
+
+        return replace(call, func=run)
+
+    return wrap
 
 
 def enqueued(

@@ -127,6 +127,57 @@ def test_failures_retry_with_backoff_then_fail(
         h.result(timeout=0)
 
 
+def test_drain_can_raise_a_handlers_exception_in_the_test(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    # given a sync and an async handler that raise, one that asks for a retry, one that works
+    app = make_app(clock)
+
+    class PaymentDown(Exception):
+        pass
+
+    @app.job(queue="pay", max_attempts=2)
+    def charge(order: int) -> None:
+        raise PaymentDown(f"order {order}")
+
+    @app.job(queue="pay", max_attempts=2)
+    async def refund(order: int) -> None:
+        raise KeyError(order)
+
+    @app.job(queue="later")
+    def later() -> None:
+        raise jobyard.Retry(delay=5)
+
+    @app.job(queue="fine")
+    def fine() -> int:
+        return 1
+
+    # by default, drain records the failure and carries on, as today
+    h = charge.enqueue(1)
+    assert testing.drain(app, ["pay"]) == 1
+    assert app.get(h.id).status == "pending"
+
+    # with raise_errors, the handler's own exception reaches the test, after its outcome
+    # was recorded as a worker would have recorded it
+    clock.advance(3600)
+    with pytest.raises(PaymentDown, match="order 1") as caught:
+        testing.drain(app, ["pay"], raise_errors=True)
+    assert "raise PaymentDown" in "".join(__import__("traceback").format_tb(caught.tb))
+    job = app.get(h.id)
+    assert (job.status, job.attempts) == ("failed", 2)
+
+    r = refund.enqueue(7)
+    with pytest.raises(KeyError):
+        testing.drain(app, ["pay"], raise_errors=True)
+    assert app.get(r.id).attempts == 1
+
+    # a Retry is a request, not an error; a job that works raises nothing
+    later.enqueue()
+    ok = fine.enqueue()
+    assert testing.drain(app, ["later", "fine"], raise_errors=True) == 2
+    assert app.get(ok.id).result == 1
+
+
 def test_retry_and_drop_from_a_handler(
     make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
 ) -> None:

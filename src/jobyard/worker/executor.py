@@ -341,15 +341,20 @@ class Pipeline:
             if dead:
                 self.hooks.run("on_dead", event)
 
-    def execute(self, job: ClaimedJob) -> Outcome | None:
+    def execute(
+        self, job: ClaimedJob, wrap: Callable[[Call], Call] | None = None
+    ) -> Outcome | None:
         """Every step but the acknowledgement, in this thread (an async handler runs in a
-        fresh event loop); returns the outcome left to acknowledge."""
+        fresh event loop); returns the outcome left to acknowledge. ``wrap`` may replace the
+        call about to be made (``testing.drain`` uses it to keep the handler's exception)."""
         ctx = self.context(job)
         prepared = self.prepare(ctx)
         seconds = None
         if isinstance(prepared, Outcome):
             outcome = prepared
         else:
+            if wrap is not None:
+                prepared = wrap(prepared)
             t0 = time.monotonic()
             if prepared.is_async:
                 outcome = asyncio.run(self.perform_async(ctx, prepared))
