@@ -116,6 +116,12 @@ def _last_line(error: str | None, width: int = 70) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _iso(epoch: float | None) -> str | None:
+    """An epoch time as every ``--json`` output writes times: ISO 8601 in UTC, as
+    ``datetime.isoformat`` writes them (``2026-01-31T09:00:00.123456+00:00``)."""
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 

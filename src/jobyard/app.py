@@ -27,7 +27,7 @@ from .backends.base import (
     as_foreign_queues,
 )
 from .clock import Clock, SystemClock
-from .errors import ConfigurationError, JobNotFound
+from .errors import ConfigurationError, InvalidTransition, JobNotFound
 from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
 from .retry import Backoff, as_backoff
@@ -215,8 +215,18 @@ class App:
         """The job with this id (``JobNotFound`` if there is none)."""
         rec = self.backend.jobs_get(str(job_id))
         if rec is None:
-            raise JobNotFound(job_id)
+            raise JobNotFound(str(job_id), self._id_hint(str(job_id)))
         return Job.from_record(rec)
+
+    def _id_hint(self, job_id: str) -> str:
+        """Ids are the store's own: on Redis they name their queue (``emails:12``), so a bare
+        number, right on SQLite and PostgreSQL, is a likely slip there."""
+        if self.url.lower().startswith("redis") and job_id.strip().isdigit():
+            return f"job ids on Redis name their queue, e.g. 'emails:{job_id.strip()}'"
+        return ""
+
+    def _with_hint(self, exc: JobNotFound) -> JobNotFound:
+        return JobNotFound(str(exc.args[0]), exc.hint or self._id_hint(str(exc.args[0])))
 
     def jobs(
         self,
@@ -239,11 +249,79 @@ class App:
 
     def cancel(self, job_id: str) -> Job:
         """Cancel a pending job (a running job cannot be cancelled)."""
-        return Job.from_record(self.backend.jobs_cancel(str(job_id)))
+        try:
+            return Job.from_record(self.backend.jobs_cancel(str(job_id)))
+        except JobNotFound as exc:
+            raise self._with_hint(exc) from None
+
+    def cancel_pending(
+        self, *, queue: str | None = None, name: str | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Cancel every pending job of ``queue`` and/or job ``name`` (at least one is required);
+        the ids cancelled (with ``dry_run``, those that would be, nothing changed).
+
+        Each job is cancelled by the same atomic step as :meth:`cancel`, so a job a worker claims
+        meanwhile runs and is skipped, never half-cancelled; jobs enqueued while this runs are
+        cancelled too. A cancelled job can be re-driven with :meth:`retry`."""
+        if queue is None and name is None:
+            raise ConfigurationError("cancel_pending needs a queue or a job name (or both)")
+        page = 500
+        if dry_run:
+            found: list[str] = []
+            while batch := self.jobs(
+                queue=queue, name=name, status="pending", limit=page, offset=len(found)
+            ):
+                found.extend(j.id for j in batch)
+            return found
+        done: list[str] = []
+        tried: set[str] = set()
+        while True:
+            # Always the first page: what was cancelled or claimed has left it.
+            batch = [
+                j
+                for j in self.jobs(queue=queue, name=name, status="pending", limit=page)
+                if j.id not in tried
+            ]
+            if not batch:
+                return done
+            for job in batch:
+                tried.add(job.id)
+                try:
+                    self.backend.jobs_cancel(job.id)
+                except (InvalidTransition, JobNotFound):
+                    continue  # claimed (or purged) meanwhile
+                done.append(job.id)
+
+    def purge_preview(
+        self,
+        statuses: Sequence[str] = ("completed", "failed", "cancelled"),
+        older_than: float = 0.0,
+        queue: str | None = None,
+    ) -> dict[str, int]:
+        """How many jobs :meth:`purge` with these arguments would delete now, per status
+        (``jobyard purge --dry-run``). It reads every finished job that matches: cheap for a
+        dead letter, slow for millions of completed jobs."""
+        cutoff = self.backend.clock_now() - older_than
+        counts: dict[str, int] = {}
+        page = 1000
+        for status in dict.fromkeys(statuses):
+            n, offset = 0, 0
+            while batch := self.jobs(queue=queue, status=status, limit=page, offset=offset):
+                offset += len(batch)
+                n += sum(
+                    1
+                    for j in batch
+                    if j.finished_at is not None and j.finished_at.timestamp() <= cutoff
+                )
+            counts[status] = n
+        return counts
 
     def retry(self, job_id: str) -> Job:
         """Re-drive a failed or cancelled job: pending again, with its attempts reset."""
-        return Job.from_record(self.backend.jobs_retry(str(job_id)))
+        try:
+            return Job.from_record(self.backend.jobs_retry(str(job_id)))
+        except JobNotFound as exc:
+            raise self._with_hint(exc) from None
 
     def purge(
         self,

@@ -26,6 +26,7 @@ from ._cli_format import (
     _ago,
     _console,
     _dumps,
+    _iso,
     _json_option,
     _last_line,
     _scrub,
@@ -50,6 +51,7 @@ log = logging.getLogger("jobyard.cli")
 LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
+SHOW_MAX = 2000  # characters of one value `show` prints; --json prints everything
 CHECK_TIMEOUT = 4.0  # seconds a one-shot command gives the store to answer its first connection
 
 # --- the command group --------------------------------------------------------------------------
@@ -160,6 +162,12 @@ def _app(ref: str, *, check: bool = True) -> App:
     default="INFO",
     show_default=True,
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Restart the worker when a Python file of APP's package changes (development only;"
+    " needs watchfiles, in the dev extra).",
+)
 def worker(
     app_ref: str,
     queues: tuple[str, ...],
@@ -171,6 +179,7 @@ def worker(
     reap_interval: float,
     retention: float | None,
     log_level: str,
+    reload: bool,
 ) -> None:
     """Run jobs of APP until SIGINT or SIGTERM.
 
@@ -185,6 +194,24 @@ def worker(
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if reload:
+        from ._reload import run_reloading
+
+        for name in queues:
+            check_name("queue", name)
+        given = {
+            "concurrency": concurrency,
+            "processes": processes,
+            "grace": grace,
+            "prefetch": prefetch,
+            "poll-interval": poll_interval,
+            "reap-interval": reap_interval,
+            "retention": retention,
+            "log-level": log_level,
+        }
+        args = [f"--queue={q}" for q in queues]
+        args += [f"--{k}={v}" for k, v in given.items() if v is not None]
+        sys.exit(run_reloading(app_ref, args, grace))
     app = _app(app_ref, check=False)  # a worker waits out an outage instead
     options: dict[str, Any] = {
         "queues": list(queues) or None,
@@ -344,8 +371,8 @@ def status(app_ref: str, as_json: bool) -> None:
                     "pid": w.pid,
                     "queues": list(w.queues),
                     "concurrency": w.concurrency,
-                    "started_at": w.started_at,
-                    "last_seen": w.last_seen,
+                    "started_at": _iso(w.started_at),
+                    "last_seen": _iso(w.last_seen),
                 }
                 for w in workers
             ],
@@ -465,7 +492,8 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
     console = _console()
     table = Table(box=box.SIMPLE, show_header=False)
     table.add_column("field", style="bold", no_wrap=True)
-    table.add_column("value")
+    table.add_column("value", overflow="fold")  # a long id or token folds, never "…"
+    cut = False
     for key, value in data.items():
         if key == "error":
             continue
@@ -477,11 +505,19 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
             continue
         else:
             text = "" if value is None else str(value)
-        table.add_row(key, Text(text))
+        if len(text) > SHOW_MAX:
+            text, cut = text[: SHOW_MAX - 1] + "…", True
+        table.add_row(key, Text(text, overflow="fold"))
     console.print(table)
     if job.error:
         console.print("error:", style="bold")
         console.print(Text(job.error.rstrip()))
+    if cut:
+        console.print(
+            f"(values longer than {SHOW_MAX} characters are cut: "
+            f"'jobyard show {app_ref} {job_id} --json' prints them whole)",
+            markup=False,
+        )
 
 
 @cli.command()
@@ -495,11 +531,35 @@ def retry(app_ref: str, job_id: str) -> None:
 
 @cli.command()
 @click.argument("app_ref", metavar="APP")
-@click.argument("job_id", metavar="ID")
-def cancel(app_ref: str, job_id: str) -> None:
-    """Cancel a pending job (a running job cannot be cancelled)."""
-    job = _app(app_ref).cancel(job_id)
-    click.echo(f"job {job.id} is {job.status}")
+@click.argument("job_id", metavar="[ID]", required=False)
+@click.option("--queue", default=None, help="Cancel every pending job of this queue.")
+@click.option("--name", default=None, help="Cancel every pending job of this name.")
+@click.option("--dry-run", is_flag=True, help="Print what would be cancelled; change nothing.")
+def cancel(
+    app_ref: str, job_id: str | None, queue: str | None, name: str | None, dry_run: bool
+) -> None:
+    """Cancel job ID, or every pending job of --queue and/or --name.
+
+    A cancelled job stays visible and can be re-driven with 'jobyard retry'."""
+    if job_id is not None and (queue or name):
+        raise click.UsageError("give a job ID or --queue/--name, not both")
+    if job_id is None and not (queue or name):
+        raise click.UsageError("give a job ID, or --queue and/or --name for every pending job")
+    app = _app(app_ref)
+    if job_id is not None:
+        if dry_run:
+            job = app.get(job_id)
+            click.echo(f"job {job.id} is {job.status}; nothing changed (--dry-run)")
+            return
+        job = app.cancel(job_id)
+        click.echo(f"job {job.id} is {job.status}")
+        return
+    ids = app.cancel_pending(queue=queue, name=name, dry_run=dry_run)
+    for found in ids:
+        click.echo(found)
+    what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
+    verb = "would cancel" if dry_run else "cancelled"
+    click.echo(f"{verb} {len(ids)} pending job(s) of {what}", err=True)
 
 
 @cli.command()
@@ -518,10 +578,42 @@ def cancel(app_ref: str, job_id: str) -> None:
     help="Only jobs finished at least this long ago: 30s, 15m, 7d or seconds.",
 )
 @click.option("--queue", default=None, help="Only this queue.")
-def purge(app_ref: str, statuses: tuple[str, ...], older_than: float, queue: str | None) -> None:
-    """Delete finished jobs."""
+@click.option("--dry-run", is_flag=True, help="Print how many jobs would go; delete nothing.")
+@click.option(
+    "--yes", "-y", is_flag=True, help="Delete failed jobs (the dead letter) without asking."
+)
+def purge(
+    app_ref: str,
+    statuses: tuple[str, ...],
+    older_than: float,
+    queue: str | None,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Delete finished jobs.
+
+    Failed jobs are the dead letter, kept with their errors for 'jobyard show' and 'jobyard
+    retry': deleting them asks first, or needs --yes where nobody can answer."""
     app = _app(app_ref)
-    n = app.purge(statuses or FINISHED, older_than=older_than, queue=queue)
+    targets = statuses or FINISHED
+    if dry_run:
+        counts = app.purge_preview(targets, older_than=older_than, queue=queue)
+        listed = ", ".join(f"{n} {s}" for s, n in counts.items())
+        click.echo(f"would purge {sum(counts.values())} job(s): {listed}")
+        return
+    if "failed" in targets and not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                "purging failed jobs (the dead letter) needs --yes; "
+                "or purge others only: --status completed --status cancelled"
+            )
+        failed = app.purge_preview(("failed",), older_than=older_than, queue=queue)["failed"]
+        prompt = (
+            f"delete {failed} failed job(s), the dead letter, with their errors and tracebacks?"
+        )
+        if failed and not click.confirm(prompt, default=False, err=True):
+            raise click.ClickException("nothing purged")
+    n = app.purge(targets, older_than=older_than, queue=queue)
     click.echo(f"purged {n} job(s)")
 
 
@@ -564,8 +656,8 @@ def cron(app_ref: str, sync: bool, as_json: bool) -> None:
                         "job": sched.job.name,
                         "queue": sched.job.queue,
                         "active": sched.active,
-                        "next_run_at": sched.next_run_at,
-                        "last_run_at": sched.last_run_at,
+                        "next_run_at": _iso(sched.next_run_at),
+                        "last_run_at": _iso(sched.last_run_at),
                     }
                 )
             )
@@ -610,7 +702,7 @@ def cron(app_ref: str, sync: bool, as_json: bool) -> None:
 @click.option("--workers", type=click.IntRange(min=1, max=16), default=2, show_default=True)
 @click.option("--concurrency", type=click.IntRange(min=1), default=8, show_default=True)
 def demo(orders: int, db: str | None, workers: int, concurrency: int) -> None:
-    """Seed 000's order example on SQLite: orders arrive, real worker processes send emails,
+    """The order example on SQLite: orders arrive, real worker processes send emails,
     invoices and thumbnails, some fail and are retried, and one ends in the dead letter."""
     from .demo import run
 

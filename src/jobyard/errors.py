@@ -39,10 +39,15 @@ class DuplicateJob(JobyardError):
 
 
 class JobNotFound(JobyardError, KeyError):
-    """No job with this id exists in the store."""
+    """No job with this id exists in the store (``hint``: what the id may have meant)."""
+
+    def __init__(self, job_id: str, hint: str = "") -> None:
+        super().__init__(job_id)
+        self.hint = hint
 
     def __str__(self) -> str:
-        return f"no job with id {self.args[0]!r}"
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"no job with id {self.args[0]!r}{hint}"
 
 
 class InvalidTransition(JobyardError):

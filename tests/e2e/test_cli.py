@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +61,13 @@ class Cli:
         assert job_id and "\n" not in job_id
         return job_id
 
-    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """A long-running command (a worker), its output in a log file; killed at teardown."""
         log = (self.logs / f"proc-{len(self.procs)}.log").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobyard", *args],
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -276,11 +277,177 @@ def test_cancel_retry_and_purge(cli: Cli) -> None:
 
     # purge deletes finished jobs only, and respects --older-than
     cli.ok("cancel", APP, job_id)
-    assert cli.ok("purge", APP, "--older-than", "1h").strip() == "purged 0 job(s)"
-    assert cli.ok("purge", APP, "--status", "failed").strip() == "purged 0 job(s)"
+    assert cli.ok("purge", APP, "--older-than", "1h", "--yes").strip() == "purged 0 job(s)"
+    assert cli.ok("purge", APP, "--status", "failed", "--yes").strip() == "purged 0 job(s)"
     assert cli.ok("purge", APP, "--status", "cancelled").strip() == "purged 1 job(s)"
     assert_one_line_error(cli("show", APP, job_id), job_id)
     assert cli.json("show", APP, keep)["status"] == "pending"
+
+
+def fail_one(cli: Cli, app: jobyard.App) -> str:
+    """A job in the dead letter (failed), run by a worker that is gone by the return."""
+    bad = cli.enqueue("explode", "--args", '["x"]')
+    worker = cli.spawn("worker", APP, "-q", "mail", "--reap-interval", "0.2")
+    wait_until(lambda: app.get(bad).status == "failed", what="the job to fail")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(15) == 0
+    return bad
+
+
+def test_purge_asks_before_deleting_the_dead_letter(cli: Cli, app: jobyard.App) -> None:
+    # given a failed job and a cancelled one
+    bad = fail_one(cli, app)
+    cli.ok("cancel", APP, cli.enqueue("greet", "--args", '["a"]'))
+
+    # when purge runs with nobody to answer and no --yes, then it refuses and deletes nothing
+    done = cli("purge", APP)
+    assert_one_line_error(done, "--yes")
+    # --dry-run tells what would go, and deletes nothing either
+    assert cli.ok("purge", APP, "--dry-run").strip() == (
+        "would purge 2 job(s): 0 completed, 1 failed, 1 cancelled"
+    )
+    assert app.get(bad).status == "failed"
+
+    # when someone at a terminal declines, nothing goes; when they agree, the dead letter goes
+    assert "nothing purged" in on_a_terminal(cli, ["purge", APP], answer="n").stderr
+    assert app.get(bad).status == "failed"
+    agreed = on_a_terminal(cli, ["purge", APP], answer="y")
+    assert "delete 1 failed job(s)" in agreed.stderr
+    assert agreed.stdout.strip().endswith("purged 2 job(s)")
+    with pytest.raises(jobyard.JobNotFound):
+        app.get(bad)
+
+
+def on_a_terminal(cli: Cli, argv: list[str], answer: str) -> subprocess.CompletedProcess[str]:
+    """Run a command whose stdin is a terminal (a pty), answering its question."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobyard", *argv],
+            cwd=ROOT,
+            env=cli.env,
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(leader, f"{answer}\n".encode())
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def test_cancel_every_pending_job_of_a_queue_or_name(cli: Cli, app: jobyard.App) -> None:
+    # given pending jobs on two queues, of two names
+    greets = [cli.enqueue("greet", "--args", f'["{n}"]') for n in "abc"]
+    report = cli.enqueue("report", "--args", '["2024-05"]')
+
+    # when a dry run asks, then it lists them and changes nothing
+    done = cli("cancel", APP, "--queue", "mail", "--dry-run")
+    assert done.returncode == 0 and sorted(done.stdout.split()) == sorted(greets)
+    assert "would cancel 3 pending job(s) of queue=mail" in done.stderr
+    assert {app.get(i).status for i in greets} == {"pending"}
+
+    # when the queue's pending jobs are cancelled, then only they are
+    assert sorted(cli.ok("cancel", APP, "--queue", "mail").split()) == sorted(greets)
+    assert {app.get(i).status for i in greets} == {"cancelled"}
+    assert app.get(report).status == "pending"
+    # by name too; nothing left to cancel is not an error
+    assert cli.ok("cancel", APP, "--name", "report").split() == [report]
+    assert cli.ok("cancel", APP, "--queue", "mail", "--name", "greet").split() == []
+    # an ID and a filter at once, or neither, is refused
+    assert_one_line_error(cli("cancel", APP), "--queue")
+    assert_one_line_error(cli("cancel", APP, greets[0], "--queue", "mail"), "not both")
+
+
+def test_show_points_to_json_when_it_cuts_a_value(cli: Cli) -> None:
+    # given a job whose argument is longer than show prints
+    long = "x" * 5000
+    job_id = cli.enqueue("greet", "--args", json.dumps([long]))
+
+    # then show cuts it, and says where to read it whole
+    out = cli.ok("show", APP, job_id)
+    assert long not in out.replace("\n", "")
+    assert f"jobyard show {APP} {job_id} --json" in out
+    assert cli.json("show", APP, job_id)["args"] == [long]
+    # and a short value is neither cut nor followed by the note
+    short = cli.enqueue("greet", "--args", '["ada"]')
+    assert "--json" not in cli.ok("show", APP, short)
+
+
+def test_a_bare_number_on_redis_gets_a_hint(cli: Cli) -> None:
+    pytest.importorskip("jobyard.backends.redis.backend")
+    from tests.redis.support import fresh_url
+
+    done = cli("show", APP, "12", env={"JOBYARD_URL": fresh_url()})
+    assert_one_line_error(done, "no job with id '12'", "name their queue", ":12'")
+    # SQLite ids are numbers: no hint there
+    assert "name their queue" not in cli("show", APP, "12").stderr
+
+
+def test_help_and_readme_speak_to_users(cli: Cli) -> None:
+    texts = [cli.ok("--help"), (ROOT / "README.md").read_text()]
+    texts += [cli.ok(command, "--help") for command in ("demo", "worker", "purge", "cancel")]
+    for text in texts:
+        assert "seed 0" not in text.lower()
+    # every command is in the README's CLI table
+    table = (ROOT / "README.md").read_text().split("## The CLI", 1)[1].split("\n## ", 1)[0]
+    for command in cli_commands():
+        assert f"`jobyard {command}" in table, command
+
+
+def cli_commands() -> list[str]:
+    from jobyard.cli import cli as group
+
+    return sorted(group.commands)
+
+
+RELOADED_APP = """
+import jobyard
+
+app = jobyard.App()
+
+
+@app.job
+def version() -> str:
+    return {version!r}
+"""
+
+
+def test_worker_reload_restarts_on_a_source_change(
+    cli: Cli, app: jobyard.App, tmp_path: Path
+) -> None:
+    pytest.importorskip("watchfiles")
+    # given an app package of its own, and a reloading worker of it
+    package = tmp_path / "src" / "reloaded_shop"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tasks.py").write_text(RELOADED_APP.format(version="v1"))
+    env = {"PYTHONPATH": f"{tmp_path / 'src'}{os.pathsep}{ROOT}"}
+    parent = cli.spawn(
+        "worker", "reloaded_shop.tasks:app", "--reload", "--grace", "2",
+        "--poll-interval", "0.1", env=env,
+    )  # fmt: skip
+    assert app.enqueue("version").result(timeout=30) == "v1"
+
+    # when the handler's source changes, then the worker runs the new code
+    (package / "tasks.py").write_text(RELOADED_APP.format(version="v2"))
+
+    def new_code_runs() -> bool:
+        return bool(app.enqueue("version").result(timeout=30) == "v2")
+
+    wait_until(new_code_runs, timeout=60, what="the reloaded handler")
+    log = (cli.logs / "proc-0.log").read_text()
+    assert "reloading: tasks.py changed" in log
+
+    # and SIGTERM stops the watcher and its worker, which unregisters
+    parent.send_signal(signal.SIGTERM)
+    parent.wait(30)
+    wait_until(lambda: app.workers() == [], what="the worker to stop and unregister")
 
 
 def test_migrate_reports_the_schema_state(cli: Cli) -> None:
@@ -309,6 +476,12 @@ def test_worker_runs_jobs_shows_in_status_and_stops_on_sigterm(cli: Cli, app: jo
     # then status shows it live, and the jobs' outcomes are visible
     status = wait_until(lambda: cli.json("status", APP)["workers"], what="a live worker")
     assert status[0]["pid"] == worker.pid and status[0]["queues"] == ["mail"]
+    # in the one time format of every --json output (ISO 8601, UTC), as jobs --json writes it
+    jobs = cli.ok("jobs", APP, "--json", "--name", "greet").splitlines()
+    (listed,) = [json.loads(line) for line in jobs]
+    for when in (status[0]["last_seen"], status[0]["started_at"], listed["created_at"]):
+        assert isinstance(when, str) and when.endswith("+00:00"), when
+        assert abs(datetime.fromisoformat(when).timestamp() - time.time()) < 120
     assert str(worker.pid) in cli.ok("status", APP)
     assert cli.json("show", APP, ok)["result"] == "hello ada!"
     shown = cli.ok("show", APP, bad)
@@ -563,7 +736,7 @@ def test_cron_lists_schedules_and_syncs_them(cli: Cli) -> None:
         "report",
         True,
     )
-    assert row["next_run_at"] > time.time()
+    assert datetime.fromisoformat(row["next_run_at"]).timestamp() > time.time()
 
 
 def test_a_bad_cron_expression_is_one_line_with_exit_code_2(cli: Cli) -> None:

@@ -90,7 +90,7 @@ class ClaimedJob:
 
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
-    """Per-queue settings kept in the store (seed 001's JobQueue)."""
+    """Per-queue settings kept in the store."""
 
     name: str
     max_concurrency: int | None = None  # across every worker of every host; None: unlimited
@@ -329,7 +329,7 @@ class StatsParams:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """A recurring job (seed 001's RecurringJob): ``job`` is inserted at every cron tick."""
+    """A recurring job: ``job`` is inserted at every cron tick."""
 
     name: str
     cron: str

@@ -156,7 +156,7 @@ class _Consumer:
 
 
 class ListConsumer(_Consumer):
-    """Consume JSON entries of a Redis list that other programs push (seed 003's work queues).
+    """Consume JSON entries of a Redis list that other programs push (a work queue).
 
     ``reliable=True`` (default): each entry moves to the processing list (``processing``, by
     default ``<key>.processing``) and is recorded in the recovery set (``recovery_zset``, default
@@ -169,8 +169,8 @@ class ListConsumer(_Consumer):
 
     ``reliable=False``: entries are popped before the handler runs (at most once).
 
-    ``pop``: the end entries are taken from, ``"right"`` for producers that ``LPUSH`` (seed 003),
-    ``"left"`` for producers that ``RPUSH`` (seed 000), so entries come out in push order.
+    ``pop``: the end entries are taken from, ``"right"`` for producers that ``LPUSH``,
+    ``"left"`` for producers that ``RPUSH``, so entries come out in push order.
 
     ``Retry(delay=...)`` on a reliable list leaves the entry taken, dated so that the watchdog
     returns it after ``delay`` seconds; without a delay, and after any other exception, the
@@ -389,8 +389,8 @@ class StreamConsumer(_Consumer):
     with ``field="name"``, that field's value decoded as JSON.
 
     ``reply=job_function``: each handler result (unless ``None``) becomes one job of that
-    function, the result its single argument (seed 003's ``queue_thumbnail`` feeding
-    ``{thumbnails}``), inserted before the entry is acknowledged under the idempotency key
+    function, the result its single argument (an uploads stream feeding a thumbnail queue, say),
+    inserted before the entry is acknowledged under the idempotency key
     ``stream:<stream>:<group>:<entry id>``, so a redelivered entry does not enqueue twice while
     the first reply job is pending or running. ``reply_ttl`` (seconds) re-arms an expiry on the
     reply queue at every push: a queue nobody fed for that long lapses with what it holds.
