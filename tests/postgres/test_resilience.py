@@ -7,6 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import pytest
+
 from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
@@ -106,3 +108,40 @@ def test_a_slot_freed_in_a_limited_queue_wakes_its_waiters(
     assert waiter.jobs_wait(JobsWaitParams(["q"], 30.0))
     assert time.monotonic() - started < 10
     assert len(waiter.jobs_claim(JobsClaimParams("w1", ["q"], 5))) == 1
+
+
+def test_pool_reconnect_warnings_are_one_line_per_step_of_an_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import logging
+
+    from jobyard.backends.postgres import _connect
+
+    # given the pool's filter, and a clock we move by hand
+    now = [1000.0]
+    monkeypatch.setattr(_connect.time, "monotonic", lambda: now[0])
+    keep = _connect.PoolOutageFilter()
+
+    def attempt() -> logging.LogRecord | None:
+        record = logging.LogRecord(
+            "psycopg.pool", logging.WARNING, __file__, 1, "error connecting in %r: %s",
+            ("jobyard", "connection refused\n\tIs the server running?"), None,
+        )  # fmt: skip
+        return record if keep.filter(record) else None
+
+    # when the pool's threads fail every 50 ms for 10 s of an outage
+    passed = []
+    for _ in range(200):
+        if (record := attempt()) is not None:
+            passed.append((now[0] - 1000.0, record.getMessage()))
+        now[0] += 0.05
+
+    # then one line passes per doubling of the outage (0, 1, 3, 7 s), each on one line
+    assert [round(t) for t, _ in passed] == [0, 1, 3, 7]
+    assert all("\n" not in m and "Is the server running?" in m for _, m in passed)
+    # and other pool messages are untouched
+    other = logging.LogRecord("psycopg.pool", logging.WARNING, "", 1, "discarding", (), None)
+    assert keep.filter(other) and other.getMessage() == "discarding"
+    # a minute without failures ends the outage: the next failure is logged at once
+    now[0] += 61
+    assert attempt() is not None

@@ -152,3 +152,33 @@ def test_a_cluster_url_may_name_several_nodes_and_any_live_one_will_do() -> None
         app.close()
     with pytest.raises(jobyard.ConfigurationError, match="redis\\+cluster"):
         jobyard.App("redis://127.0.0.1:1,127.0.0.1:2/0").enqueue("task")
+
+
+def test_an_outage_is_logged_once_per_step_however_many_threads_retry(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    import redis.exceptions
+
+    from jobyard.backends.redis import _connection
+
+    # given one backend's outage log, and a clock we move by hand
+    now = [1000.0]
+    monkeypatch.setattr(_connection.time, "monotonic", lambda: now[0])
+    outage = _connection.Outage()
+    refused = redis.exceptions.ConnectionError("Error 111 connecting to h:1. Connection refused.")
+    caplog.set_level(logging.WARNING, logger="jobyard.redis")
+
+    # when three threads' calls fail every 50 ms each for 10 s, then Redis answers
+    for _ in range(200):
+        for _ in range(3):
+            outage.failed(refused)
+        now[0] += 0.05
+    outage.answered()
+    outage.answered()
+
+    # then the outage took one line per doubling of its length, and one line when it ended
+    lines = [r.getMessage() for r in caplog.records if r.name == "jobyard.redis"]
+    assert len(lines) == 1 + 3 + 1, lines  # at 0 s, then after 1, 3 and 7 s, then the end
+    assert "Connection refused" in lines[0] and "reachable again after 10.0s" in lines[-1]

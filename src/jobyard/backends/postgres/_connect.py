@@ -11,8 +11,11 @@ jobyard's own URL parameters are taken out before the rest goes to libpq:
 
 from __future__ import annotations
 
+import logging
 import re
 import select
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -157,8 +160,58 @@ def probe(settings: Settings, timeout: float) -> None:
     conn.close()
 
 
+class PoolOutageFilter(logging.Filter):
+    """Keeps psycopg_pool's reconnect warnings to one line per step of an outage.
+
+    While the server is down, each of the pool's connecting threads logs every failed attempt,
+    over two lines: a dozen lines a second for the one cause. This passes the first, then one
+    each time the outage has lasted twice as long as at the last line passed (1 s, 2 s, 4 s,
+    ... capped at a minute), each on one line. A pause of a minute without failures ends the
+    outage. Other pool messages pass untouched."""
+
+    QUIET_AFTER = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._since = self._last = self._next = 0.0
+        self._step = 1.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True to log ``record``, rewritten to one line; False to drop it."""
+        message = record.getMessage()
+        if not message.startswith("error connecting"):
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last > self.QUIET_AFTER:  # a new outage
+                self._since, self._next, self._step = now, now + 1.0, 1.0
+                passed = True
+            elif now >= self._next:
+                self._step = min(self._step * 2, 60.0)
+                self._next = now + self._step
+                passed = True
+            else:
+                passed = False
+            self._last = now
+            lasted = now - self._since
+        if passed:
+            record.msg = " ".join(message.split()) + (
+                f" (unreachable for {lasted:.0f}s; retrying)" if lasted >= 1 else ""
+            )
+            record.args = ()
+        return passed
+
+
+_POOL_FILTER = PoolOutageFilter()
+
+
 def open_pool(settings: Settings, name: str) -> ConnectionPool[psycopg.Connection[Any]]:
-    """A pool that opens connections in the background and reopens lost ones with backoff."""
+    """A pool that opens connections in the background and reopens lost ones with backoff
+    (its warnings kept to one line per step of an outage: :class:`PoolOutageFilter`)."""
+    pool_log = logging.getLogger("psycopg.pool")
+    if _POOL_FILTER not in pool_log.filters:
+        pool_log.addFilter(_POOL_FILTER)
     return ConnectionPool(
         settings.conninfo,
         kwargs=settings.kwargs,

@@ -176,7 +176,7 @@ class Listener:
                     log.warning(
                         "LISTEN connection lost (%s: %s); reconnecting in %.2fs",
                         type(exc).__name__,
-                        exc,
+                        " ".join(str(exc).split()),  # libpq's messages span lines
                         delay,
                     )
             finally:
