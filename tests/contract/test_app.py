@@ -11,7 +11,7 @@ import pytest
 
 import jobyard
 from jobyard import testing
-from jobyard.backends.base import JobsInsertParams, NewJob
+from jobyard.backends.base import JobsClaimParams, JobsInsertParams, NewJob
 from tests.conftest import running_worker, wait_until
 
 FAST = jobyard.Backoff("fixed", base=0.0, jitter=False)
@@ -176,6 +176,39 @@ def test_drain_can_raise_a_handlers_exception_in_the_test(
     ok = fine.enqueue()
     assert testing.drain(app, ["later", "fine"], raise_errors=True) == 2
     assert app.get(ok.id).result == 1
+
+
+def test_cancel_pending_by_queue_and_name(make_app: Callable[..., jobyard.App]) -> None:
+    # given pending jobs of two names on two queues, and a running one
+    app = make_app()
+
+    @app.job(queue="mail")
+    def send(n: int) -> None: ...
+
+    @app.job(queue="mail")
+    def remind(n: int) -> None: ...
+
+    @app.job(queue="bills")
+    def bill(n: int) -> None: ...
+
+    sends = [send.enqueue(i).id for i in range(3)]
+    reminders = [remind.enqueue(i).id for i in range(2)]
+    bills = [bill.enqueue(i).id for i in range(2)]
+    running = app.backend.jobs_claim(JobsClaimParams("w", ["bills"], 1))[0].id
+
+    # a filter is required; a dry run changes nothing
+    with pytest.raises(jobyard.ConfigurationError):
+        app.cancel_pending()
+    assert sorted(app.cancel_pending(name="send", dry_run=True)) == sorted(sends)
+    assert {app.get(i).status for i in sends} == {"pending"}
+
+    # by name, by queue and name, by queue: only pending jobs, running ones keep running
+    assert sorted(app.cancel_pending(name="send")) == sorted(sends)
+    assert app.cancel_pending(queue="mail", name="send") == []
+    assert sorted(app.cancel_pending(queue="bills")) == sorted(set(bills) - {running})
+    assert {app.get(i).status for i in sends} == {"cancelled"}
+    assert {app.get(i).status for i in reminders} == {"pending"}
+    assert app.get(running).status == "running"
 
 
 def test_retry_and_drop_from_a_handler(
