@@ -92,9 +92,16 @@ class Lifecycle(RuleBasedStateMachine):
 
     # rules --------------------------------------------------------------------------------------
 
-    @initialize()
-    def start(self) -> None:
-        pass
+    @initialize(
+        data=st.data(),
+        kind=st.sampled_from(["completed", "retry", "failed", "release"]),
+        queue=st.sampled_from(["a", "b"]),
+    )
+    def start(self, data: st.DataObject, kind: str, queue: str) -> None:
+        # Every example opens with a rescue and a stale ack (hypothesis also tries examples of
+        # a step or two, which would rarely get there by the rules alone); the rule below makes
+        # it happen again later, from richer states.
+        self.rescue_then_stale_ack(data, kind, queue)
 
     @rule(
         queue=st.sampled_from(["a", "b"]),
@@ -299,6 +306,6 @@ def test_lifecycle_state_machine(kind: str, tmp_path: Path) -> None:
             database=None,
         ),
     )
-    # the steering works: the state the token check exists for was reached, in a good share of
-    # the examples (the rest are mostly the very short ones hypothesis also tries)
-    assert Machine.runs_reached >= Machine.runs / 4, (Machine.runs_reached, Machine.runs)
+    # the steering works: the examples reach the state the token check exists for (all of them
+    # but one hypothesis cut short before its first step, if any)
+    assert Machine.runs_reached > Machine.runs / 2, (Machine.runs_reached, Machine.runs)
