@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 from .._extras import MissingExtra
-from .._secrets import check_url, mask_url, remember
+from .._secrets import check_url, mask_url, remember, scrub
 from ..clock import Clock
 from ..errors import ConfigurationError, StoreUnavailable
 from .base import Backend
@@ -41,6 +41,8 @@ def probe_store(url: str, timeout: float) -> None:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme not in PROBES:
         return
+    check_url(url)  # a URL that would split its password is refused before any parser sees it
+    remember(url)  # its credentials are scrubbed from anything the drivers say
     module_name, fn = PROBES[scheme]
     try:
         module = importlib.import_module(module_name)
@@ -49,7 +51,7 @@ def probe_store(url: str, timeout: float) -> None:
     try:
         getattr(module, fn)(module.parse_url(url), timeout)
     except StoreUnavailable as exc:
-        raise StoreUnavailable(f"store {mask_url(url)} unavailable: {exc}") from None
+        raise StoreUnavailable(scrub(f"store {mask_url(url)} unavailable: {exc}")) from None
 
 
 def open_backend(url: str, clock: Clock) -> Backend:

@@ -155,7 +155,7 @@ def probe(settings: Settings, timeout: float) -> None:
     try:
         conn = psycopg.connect(settings.conninfo, **kwargs)
     except psycopg.Error as exc:
-        cause = str(exc).removeprefix("connection failed: ")
+        cause = scrub(str(exc).removeprefix("connection failed: "))
         raise StoreUnavailable(cause) from None
     conn.close()
 
@@ -196,7 +196,7 @@ class PoolOutageFilter(logging.Filter):
             self._last = now
             lasted = now - self._since
         if passed:
-            record.msg = " ".join(message.split()) + (
+            record.msg = scrub(" ".join(message.split())) + (
                 f" (unreachable for {lasted:.0f}s; retrying)" if lasted >= 1 else ""
             )
             record.args = ()
