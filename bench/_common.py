@@ -92,7 +92,8 @@ def emit_slot_share(rate: float, slots: int, work_ms: float) -> None:
     """``slot_share``: the drain as a share of ``slot_capacity`` (nothing for no-op jobs)."""
     capacity = slot_capacity(slots, work_ms)
     if capacity is not None:
-        note = f"of {capacity:,.0f} jobs/s: {slots} slots x 1000 / {work_ms:g} ms"
+        plural = "s" if slots != 1 else ""
+        note = f"of {capacity:,.0f} jobs/s: {slots} slot{plural} x 1000 / {work_ms:g} ms"
         emit("slot_share", 100.0 * rate / capacity, "%", note)
 
 
