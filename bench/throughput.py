@@ -163,6 +163,15 @@ def workload(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], str]:
     return noop, (), "no-op jobs"
 
 
+def start_spread(app: Any) -> str:
+    """How far apart the worker processes started (the drain is timed from the first job any
+    of them started, so a late process counts against the scaling)."""
+    starts = sorted(w.started_at for w in app.workers() if "bench" in w.queues)
+    if len(starts) < 2:
+        return f"{len(starts)} worker process(es) seen"
+    return f"{len(starts)} processes started within {(starts[-1] - starts[0]) * 1000:.0f} ms"
+
+
 def run(args: argparse.Namespace, url: str) -> None:
     os.environ["JOBYARD_BENCH_URL"] = url
     from bench.apps import app, stamp
@@ -210,6 +219,8 @@ def run(args: argparse.Namespace, url: str) -> None:
         note = f"{clock.finished} jobs in {clock.last - clock.first:.2f}s"  # type: ignore[operator]
         if clock.timed_out:
             note += ", TIMED OUT: partial"
+        if args.processes > 1:
+            note += f"; {start_spread(app)}"
         emit("drain", rate, "jobs/s", note)
         emit_slot_share(rate, args.concurrency * args.processes, args.work_ms)
         failed = counts(app).get("failed", 0)
