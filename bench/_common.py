@@ -30,11 +30,12 @@ FIGURES = (
     "enqueue",
     "enqueue_many",
     "drain",
+    "slot_share",
     "latency p50",
     "latency p95",
     "latency p99",
 )
-UNITS = {"enqueue": "jobs/s", "enqueue_many": "jobs/s", "drain": "jobs/s"}
+UNITS = {"enqueue": "jobs/s", "enqueue_many": "jobs/s", "drain": "jobs/s", "slot_share": "%"}
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -46,6 +47,8 @@ def emit(name: str, value: float | None, unit: str, note: str = "") -> None:
         text = f"{name}: n/a"
     elif unit == "ms":
         text = f"{name}: {value:.2f} {unit}"
+    elif unit == "%":
+        text = f"{name}: {value:.1f} {unit}"
     else:
         text = f"{name}: {value:.0f} {unit}"
     if note:
@@ -75,6 +78,23 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = int(k)
     hi = min(lo + 1, len(data) - 1)
     return data[lo] + (data[hi] - data[lo]) * (k - lo)
+
+
+def slot_capacity(slots: int, work_ms: float) -> float | None:
+    """Jobs/s that ``slots`` slots could finish if each job only waited ``work_ms`` on I/O and
+    nothing else cost any time; None for no-op jobs (no bound)."""
+    if work_ms <= 0:
+        return None
+    return slots * 1000.0 / work_ms
+
+
+def emit_slot_share(rate: float, slots: int, work_ms: float) -> None:
+    """``slot_share``: the drain as a share of ``slot_capacity`` (nothing for no-op jobs)."""
+    capacity = slot_capacity(slots, work_ms)
+    if capacity is not None:
+        plural = "s" if slots != 1 else ""
+        note = f"of {capacity:,.0f} jobs/s: {slots} slot{plural} x 1000 / {work_ms:g} ms"
+        emit("slot_share", 100.0 * rate / capacity, "%", note)
 
 
 def emit_latencies(samples_ms: Sequence[float]) -> None:

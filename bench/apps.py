@@ -5,6 +5,7 @@ The store comes from ``$JOBYARD_BENCH_URL`` (set by ``bench/throughput.py``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -22,3 +23,16 @@ def noop() -> None:
 def stamp() -> float:
     """Returns the instant its handler started (epoch seconds), for enqueue-to-start latency."""
     return time.time()
+
+
+@app.job(queue="bench")
+def work(ms: float) -> None:
+    """A sync handler that waits ``ms`` milliseconds on I/O (``time.sleep`` releases the GIL as a
+    blocking socket read would): what is measured is how busy the worker keeps its slots."""
+    time.sleep(ms / 1000.0)
+
+
+@app.job(queue="bench")
+async def awork(ms: float) -> None:
+    """The async twin of ``work``: awaits ``ms`` milliseconds on the event loop."""
+    await asyncio.sleep(ms / 1000.0)

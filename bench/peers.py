@@ -1,6 +1,7 @@
 """Peer libraries on the same workloads as ``bench/throughput.py``, side by side.
 
-    python bench/peers.py --store {postgres,redis} --jobs N [--with-jobyard]
+    python bench/peers.py --store {postgres,redis} --jobs N [-c C] [--work-ms MS [--async]]
+        [--with-jobyard]
 
 Each library runs in ``bench/.venv-peers`` (created here with pip from
 ``bench/requirements-peers.txt`` if it is missing; never jobyard's own venv) through its runner
@@ -11,6 +12,13 @@ p50/p95/p99 (enqueue-to-start, one job at a time, measured with a UDP datagram t
 as it starts). Each library gets a fresh store: a private redis-server on a free port, or a fresh
 PostgreSQL database ``bench_<lib>_<random>`` (dropped afterwards). ``--with-jobyard`` runs
 jobyard's throughput.py in the same run (as ``bench/compare.py`` does) and prints one table.
+
+``--work-ms MS``: the drained jobs (and the enqueued ones) wait MS ms on I/O instead of doing
+nothing, in every library: ``time.sleep`` in a sync handler, or ``asyncio.sleep`` in an async one
+with ``--async``, each library's closest equivalent where it cannot run that kind (each runner
+prints a ``# handler:`` line saying what it ran, listed under the table); the table then has a
+``slots %`` column beside the drain: the drain over what the library's slots could do, slots x
+1000 / MS.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ REQUIREMENTS = BENCH_DIR / "requirements-peers.txt"
 
 @dataclass(frozen=True)
 class Peer:
-    label: str  # the row's name
+    label: str  # the row's name ({c}: the concurrency)
     module: str  # bench/peer_runners/bench_<module>.py
     variant: str = ""
     extra: bool = False  # only with --all-variants
@@ -54,16 +62,17 @@ PEERS: dict[str, list[Peer]] = {
     "postgres": [
         Peer("procrastinate", "procrastinate"),
         Peer("pgqueuer", "pgqueuer"),
-        Peer("pgqueuer (batch 4, 8 tasks)", "pgqueuer", "batch4", extra=True),
+        Peer("pgqueuer (batch 4)", "pgqueuer", "batch4", extra=True),
     ],
     "redis": [
         Peer("rq (fork per job)", "rq"),
         Peer("rq (SimpleWorker)", "rq", "simple"),
-        Peer("celery (threads 8)", "celery"),
-        Peer("celery (prefork 8)", "celery", "prefork", extra=True),
+        Peer("celery (threads {c})", "celery"),
+        Peer("celery (prefork {c})", "celery", "prefork", extra=True),
         Peer("dramatiq", "dramatiq"),
         Peer("arq", "arq"),
         Peer("saq", "saq"),
+        Peer("huey (threads {c})", "huey"),
     ],
 }
 
@@ -86,6 +95,23 @@ TARGETS: dict[str, list[tuple[str, float, str]]] = {
 TARGETS["redis_cluster"] = TARGETS["redis"]
 
 
+def targets_for(args: argparse.Namespace, peer_rows: list[Row]) -> list[tuple[str, float, str]]:
+    """The jobyard targets of this run. No-op jobs: issues 2-4. Jobs that wait (issue 8): a
+    slot share of at least 75% (90% from 10 ms on) and, for sync handlers, at least twice the
+    best peer's finished drain; the idle latency targets stay (the probe is the same)."""
+    base = TARGETS[args.store]
+    if args.work_ms <= 0:
+        return base
+    out = [t for t in base if t[0].startswith("latency")]
+    if not args.use_async:
+        out.append(("slot_share", 90.0 if args.work_ms >= 10 else 75.0, "min"))
+        drains = [r.figures.get("drain") for r in peer_rows if not r.partial and not r.error]
+        best = max((d for d in drains if d is not None), default=None)
+        if best is not None:
+            out.append(("drain", 2 * best, "min"))
+    return out
+
+
 @dataclass
 class Row:
     """One library's figures; with several rounds, the median of each."""
@@ -94,6 +120,7 @@ class Row:
     rounds: list[dict[str, float | None]] = field(default_factory=list)
     partial: bool = False  # a drain timed out: its rate is that of the jobs done by then
     error: str = ""
+    handler: str = ""  # the runner's "# handler:" line: what the drained jobs ran
 
     def add(self, figures: dict[str, float | None], partial: bool, error: str) -> None:
         if figures:
@@ -155,6 +182,9 @@ def run_child(argv: list[str], timeout: float, row: Row) -> None:
         line.startswith("drain:") and "TIMED OUT" in line for line in res.stdout.splitlines()
     )
     error = "" if res.returncode == 0 else f"exit {res.returncode}"
+    for line in res.stdout.splitlines():
+        if line.startswith("# handler:") and not row.handler:
+            row.handler = line.removeprefix("# handler:").strip()
     row.add(parse_figures(res.stdout), partial, error)
 
 
@@ -175,10 +205,17 @@ def run_peer(peer: Peer, store: str, args: argparse.Namespace, row: Row) -> None
             str(args.latency_samples),
             "--drain-timeout",
             str(args.drain_timeout),
+            *work_args(args),
         ]
         if peer.variant:
             argv += ["--variant", peer.variant]
         run_child(argv, args.peer_timeout, row)
+
+
+def work_args(args: argparse.Namespace) -> list[str]:
+    """The handler options, as every runner and throughput.py take them."""
+    out = ["--work-ms", f"{args.work_ms:g}"] if args.work_ms > 0 else []
+    return [*out, "--async"] if args.use_async else out
 
 
 def run_jobyard(backend: str, args: argparse.Namespace, row: Row, prefetch: int = 0) -> None:
@@ -194,6 +231,7 @@ def run_jobyard(backend: str, args: argparse.Namespace, row: Row, prefetch: int 
         str(args.concurrency),
         "--latency-samples",
         str(args.latency_samples),
+        *work_args(args),
     ]
     if prefetch:
         argv += ["--prefetch", str(prefetch)]
@@ -207,17 +245,30 @@ def _fmt(value: float | None, figure: str) -> str:
         return "-"
     if figure.startswith("latency"):
         return f"{value:.2f}"
+    if figure == "slot_share":
+        return f"{value:.1f}"
     return f"{value:,.0f}"
 
 
 def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str]]) -> None:
     """One row per library, the same columns for all; the targets as a last row."""
-    heads = ["library", "enqueue/s", "enqueue_many/s", "drain/s", "p50 ms", "p95 ms", "p99 ms"]
+    names = {
+        "enqueue": "enqueue/s",
+        "enqueue_many": "enqueue_many/s",
+        "drain": "drain/s",
+        "slot_share": "slots %",
+        "latency p50": "p50 ms",
+        "latency p95": "p95 ms",
+        "latency p99": "p99 ms",
+    }
+    # the slot share only where some library has one (jobs that wait)
+    columns = [f for f in FIGURES if f != "slot_share" or any(f in r.figures for r in rows)]
+    heads = ["library", *(names[f] for f in columns)]
     table: list[list[str]] = []
     for row in rows:
         cells = [row.label]
         figures = row.figures
-        for figure in FIGURES:
+        for figure in columns:
             if figure not in figures:
                 cells.append("-" if not row.error else "ERR")
             else:
@@ -226,7 +277,7 @@ def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str
         table.append(cells)
     if targets:
         goal = {f: (">=" if kind == "min" else "<=") + _fmt(v, f) for f, v, kind in targets}
-        table.append(["jobyard target", *(goal.get(f, "") for f in FIGURES)])
+        table.append(["jobyard target", *(goal.get(f, "") for f in columns)])
     widths = [max(len(r[i]) for r in [heads, *table]) for i in range(len(heads))]
 
     def line(cells: list[str]) -> str:
@@ -244,6 +295,9 @@ def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str
         print("  * the drain did not finish within --drain-timeout: the rate of the jobs done")
     if any(len(r.rounds) > 1 for r in rows):
         print(f"  median of {max(len(r.rounds) for r in rows)} rounds, libraries interleaved")
+    for r in rows:
+        if r.handler:
+            print(f"  {r.label}: {r.handler}")
     errors = [r for r in rows if r.error]
     for r in errors:
         print(f"  {r.label}: {r.error}")
@@ -262,7 +316,20 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--store", choices=("postgres", "redis"), required=True)
     p.add_argument("--jobs", type=int, default=10_000, help="N (each drain runs 2N)")
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--concurrency", "-c", type=int, default=8, help="slots of each worker")
+    p.add_argument(
+        "--work-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="each job waits MS ms on I/O (time.sleep; asyncio.sleep with --async); 0: no-op",
+    )
+    p.add_argument(
+        "--async",
+        dest="use_async",
+        action="store_true",
+        help="async handlers (asyncio.sleep(MS)) where the library runs them",
+    )
     p.add_argument("--latency-samples", type=int, default=200)
     p.add_argument("--drain-timeout", type=float, default=60.0, help="a slower drain: partial rate")
     p.add_argument("--peer-timeout", type=float, default=900.0)
@@ -287,6 +354,8 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         help="also a jobyard row whose worker runs with --prefetch N (claims ahead of free slots)",
     )
     args = p.parse_args(argv)
+    if args.work_ms < 0 or args.concurrency < 1:
+        p.error("--work-ms must be >= 0 and --concurrency >= 1")
     with_jobyard = with_jobyard or args.with_jobyard
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
@@ -300,7 +369,7 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         if args.store == "redis" and not args.no_cluster:
             variants.append(("redis_cluster", 0))
     jobyard = [Row(f"jobyard ({b}" + (f", prefetch {p})" if p else ")")) for b, p in variants]
-    rows = [Row(p.label) for p in peers]
+    rows = [Row(p.label.format(c=args.concurrency)) for p in peers]
     for n in range(args.rounds):
         if args.rounds > 1:
             log(f"round {n + 1} of {args.rounds}")
@@ -308,12 +377,23 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
             run_jobyard(backend, args, row, prefetch)
         for peer, row in zip(peers, rows, strict=True):
             run_peer(peer, args.store, args, row)
+    targets = targets_for(args, rows) if with_jobyard else []
     rows = jobyard + rows
+    what = "no-op jobs"
+    if args.work_ms > 0 or args.use_async:
+        kind = "asyncio.sleep" if args.use_async else "time.sleep"
+        what = f"jobs in {kind}({args.work_ms:g} ms)"
     title = (
         f"{args.store}: {args.jobs} jobs one at a time, {args.jobs} in bulk, drain of "
-        f"{2 * args.jobs} no-op jobs by one worker process, {args.latency_samples} idle samples"
+        f"{2 * args.jobs} {what} by one worker process -c {args.concurrency}, "
+        f"{args.latency_samples} idle samples"
     )
-    print_table(title, rows, TARGETS[args.store] if with_jobyard else [])
+    print_table(title, rows, targets)
+    if with_jobyard and args.work_ms > 0:
+        if args.use_async:
+            print("  jobyard target (issue 8, async): a drain of >= 80% of its no-op drain")
+        else:
+            print("  jobyard target (issue 8): drain >= 2 x the best peer's finished drain")
 
 
 if __name__ == "__main__":

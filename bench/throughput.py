@@ -1,6 +1,7 @@
 """jobyard's throughput and latency on one store.
 
     python bench/throughput.py --backend {sqlite,postgres,redis,redis_cluster,memory} --jobs N
+        [-c C] [--processes P] [--work-ms MS [--async]]
 
 Prints, each on a line of its own (``name: value unit``):
 
@@ -10,6 +11,8 @@ Prints, each on a line of its own (``name: value unit``):
   bench.apps:app -q bench -c C``), the 2N jobs the two phases above left pending; timed from the
   first job seen started to the last one seen completed by polling the store's counts, so the
   process start-up is never included;
+- ``slot_share`` (only with ``--work-ms``): the drain as a share of what the slots could do if
+  waiting were the only cost, ``drain / (C * P * 1000 / MS)``;
 - ``latency p50/p95/p99``: enqueue-to-start of one job at a time with that worker idle: the
   handler returns ``time.time()`` at its start, compared with the instant before ``enqueue()``.
 
@@ -17,6 +20,11 @@ Stores: sqlite -> a temp file; postgres -> a fresh schema in database ``test`` (
 redis -> a private redis-server on a free port (``--shared-redis``: 127.0.0.1:6379/0 under a random
 key prefix, deleted after); redis_cluster -> a private 3-node cluster; memory -> the worker runs
 in this process (memory:// cannot be shared between processes). ``--url`` uses a given store as is.
+
+``--work-ms MS``: the jobs enqueued and drained wait MS milliseconds on I/O instead of doing
+nothing (``bench.apps.work``, ``time.sleep``; with ``--async``, ``bench.apps.awork``,
+``asyncio.sleep``). ``--processes P``: the worker command's ``--processes`` (P processes of C
+slots each). The idle latency probe is the no-op ``stamp`` job in every case.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from bench._common import (
     DrainClock,
     emit,
     emit_latencies,
+    emit_slot_share,
     log,
     private_redis,
     psql,
@@ -124,6 +133,8 @@ def start_worker(args: argparse.Namespace, url: str, log_path: Path) -> Any:
         "--log-level",
         "WARNING",
     ]
+    if args.processes > 1:
+        argv += ["--processes", str(args.processes)]
     if args.prefetch is not None:
         argv += ["--prefetch", str(args.prefetch)]
     if args.worker_wrapper:
@@ -140,9 +151,57 @@ def stop_worker(worker: Any) -> None:
         stop_process(worker, timeout=20)
 
 
+def workload(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], str]:
+    """The job the enqueue phases enqueue and the drain runs: (job function, its arguments, a
+    description)."""
+    from bench.apps import awork, noop, work
+
+    if args.use_async:
+        return awork, (args.work_ms,), f"async jobs awaiting asyncio.sleep({args.work_ms:g} ms)"
+    if args.work_ms > 0:
+        return work, (args.work_ms,), f"sync jobs in time.sleep({args.work_ms:g} ms)"
+    return noop, (), "no-op jobs"
+
+
+class DrainCounts:
+    """The drain clock's poll: (started, finished) of the ``total`` jobs, from the store's counts.
+
+    With ``--processes P`` the clock starts only once all P worker processes are live
+    (``app.workers()``) and counts the jobs finished after that: on a loaded machine one process
+    can start 0.3 s after the other, which would otherwise weigh on a drain of a second or two
+    and understate the scaling."""
+
+    def __init__(self, app: Any, total: int, processes: int) -> None:
+        self.app = app
+        self.total = total
+        self.processes = processes
+        self.clock: DrainClock | None = None
+        self.before = 0 if processes == 1 else None  # jobs finished before all were up
+
+    def __call__(self) -> tuple[int, int]:
+        c = counts(self.app)
+        finished = c.get("completed", 0) + c.get("failed", 0)
+        started = self.total - c.get("pending", 0)
+        if self.before is None:
+            up = sum(1 for w in self.app.workers() if "bench" in w.queues)
+            if up < self.processes:
+                if finished >= self.total:
+                    raise SystemExit(
+                        f"all {self.total} jobs finished before the {self.processes} worker"
+                        " processes were up: run with more --jobs"
+                    )
+                return 0, 0  # the clock waits
+            self.before = finished
+            assert self.clock is not None
+            self.clock.total = self.total - finished
+        return started - self.before, finished - self.before
+
+
 def run(args: argparse.Namespace, url: str) -> None:
     os.environ["JOBYARD_BENCH_URL"] = url
-    from bench.apps import app, noop, stamp
+    from bench.apps import app, stamp
+
+    job, job_args, what = workload(args)
 
     app.migrate()
     app.stats(["bench"])  # open the store (and its pool) before timing anything
@@ -151,16 +210,16 @@ def run(args: argparse.Namespace, url: str) -> None:
     log(f"{args.backend}: enqueue {n} jobs one at a time")
     t0 = time.perf_counter()
     for _ in range(n):
-        noop.enqueue()
+        job.enqueue(*job_args)
     emit("enqueue", n / (time.perf_counter() - t0), "jobs/s")
 
     log(f"{args.backend}: enqueue_many {n} jobs in batches of {batch}")
-    calls = [((), {}) for _ in range(batch)]
+    calls = [(job_args, {}) for _ in range(batch)]
     t0 = time.perf_counter()
     done = 0
     while done < n:
         size = min(batch, n - done)
-        noop.enqueue_many(calls[:size])
+        job.enqueue_many(calls[:size])
         done += size
     emit("enqueue_many", n / (time.perf_counter() - t0), "jobs/s", f"batches of {batch}")
 
@@ -170,21 +229,21 @@ def run(args: argparse.Namespace, url: str) -> None:
         log(f"warning: {pending} jobs pending, expected {total}")
         total = pending
     log_path = Path(tempfile.mkstemp(prefix="jobyard-bench-worker-", suffix=".log")[1])
-    log(f"{args.backend}: drain {total} no-op jobs, one worker process, -c {args.concurrency}")
+    procs = f"{args.processes} processes" if args.processes > 1 else "one worker process"
+    log(f"{args.backend}: drain {total} {what}, {procs}, -c {args.concurrency}")
     worker = start_worker(args, url, log_path)
     try:
-
-        def poll() -> tuple[int, int]:
-            c = counts(app)
-            finished = c.get("completed", 0) + c.get("failed", 0)
-            return total - c.get("pending", 0), finished
-
+        poll = DrainCounts(app, total, args.processes)
         clock = DrainClock(total, poll, timeout=args.drain_timeout)
+        poll.clock = clock
         rate = clock.run()
         note = f"{clock.finished} jobs in {clock.last - clock.first:.2f}s"  # type: ignore[operator]
         if clock.timed_out:
             note += ", TIMED OUT: partial"
+        if args.processes > 1:
+            note += f"; timed from all {args.processes} processes up ({poll.before} done before)"
         emit("drain", rate, "jobs/s", note)
+        emit_slot_share(rate, args.concurrency * args.processes, args.work_ms)
         failed = counts(app).get("failed", 0)
         if failed:
             log(f"warning: {failed} jobs failed")
@@ -213,7 +272,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default="sqlite")
     parser.add_argument("--jobs", type=int, default=10_000, help="N (the drain runs 2N)")
     parser.add_argument("--concurrency", "-c", type=int, default=8)
+    parser.add_argument(
+        "--processes", type=int, default=1, help="the worker command's --processes (default 1)"
+    )
     parser.add_argument("--prefetch", type=int, default=None)
+    parser.add_argument(
+        "--work-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="each drained job waits MS ms on I/O (time.sleep; asyncio.sleep with --async);"
+        " 0: no-op jobs",
+    )
+    parser.add_argument(
+        "--async",
+        dest="use_async",
+        action="store_true",
+        help="the drained jobs are async handlers (asyncio.sleep(MS))",
+    )
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument("--batch", type=int, default=1000, help="jobs per enqueue_many call")
     parser.add_argument("--drain-timeout", type=float, default=300.0)
@@ -230,7 +306,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--keep-log", action="store_true", help="keep the worker's log")
     args = parser.parse_args(argv)
-    print(f"# jobyard {args.backend}: jobs={args.jobs} concurrency={args.concurrency}", flush=True)
+    if args.work_ms < 0 or args.processes < 1 or args.concurrency < 1:
+        parser.error("--work-ms must be >= 0, --processes and --concurrency >= 1")
+    if args.processes > 1 and args.backend == "memory" and not args.url:
+        parser.error("memory:// runs its worker in this process: no --processes")
+    header = f"# jobyard {args.backend}: jobs={args.jobs} concurrency={args.concurrency}"
+    if args.processes > 1:
+        header += f" processes={args.processes}"
+    if args.work_ms > 0 or args.use_async:
+        header += f" work_ms={args.work_ms:g} handler={'async' if args.use_async else 'sync'}"
+    print(header, flush=True)
     if args.url:
         run(args, args.url)
         return

@@ -7,6 +7,11 @@ its library's worker imports (``rq worker``, ``celery -A bench_celery``, ...).
 Latency: the ``stamp`` task of each library sends ``"<i> <time.time()>"`` in one UDP datagram to
 the driver as its handler starts (``$BENCH_STAMP_PORT``); the driver compares it with the instant
 before it enqueued job ``i``. The no-op task sends nothing: drains are timed by polling the store.
+
+``--work-ms MS`` (with ``--async``): the jobs enqueued and drained wait MS ms on I/O instead of
+doing nothing, each runner with its library's closest equivalent of ``time.sleep`` in a sync
+handler (``asyncio.sleep`` in an async one). A runner says what it ran with ``Harness.handler``
+(a ``# handler:`` line), above all when its library cannot run the kind of handler asked for.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from bench._common import (  # noqa: E402  (the repository root is on the path o
     DrainClock,
     emit,
     emit_latencies,
+    emit_slot_share,
     log,
     spawn,
     stop_process,
@@ -57,7 +63,9 @@ class Harness:
         parser = argparse.ArgumentParser(description=f"benchmark {lib}")
         parser.add_argument("--url", required=True)
         parser.add_argument("--jobs", type=int, default=10_000)
-        parser.add_argument("--concurrency", type=int, default=8)
+        parser.add_argument("--concurrency", "-c", type=int, default=8)
+        parser.add_argument("--work-ms", type=float, default=0.0, metavar="MS")
+        parser.add_argument("--async", dest="use_async", action="store_true")
         parser.add_argument("--latency-samples", type=int, default=200)
         parser.add_argument("--batch", type=int, default=1000)
         parser.add_argument("--drain-timeout", type=float, default=120.0)
@@ -69,6 +77,8 @@ class Harness:
         self.n: int = self.args.jobs
         self.concurrency: int = self.args.concurrency
         self.batch: int = self.args.batch
+        self.work_ms: float = self.args.work_ms
+        self.use_async: bool = self.args.use_async
         os.environ["BENCH_URL"] = self.url
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
@@ -77,7 +87,31 @@ class Harness:
         self.worker: Any = None
         self.log_path = HERE / f".{lib}-worker.log"
         self.log_path.unlink(missing_ok=True)
-        print(f"# {lib}: jobs={self.n} concurrency={self.concurrency}", flush=True)
+        header = f"# {lib}: jobs={self.n} concurrency={self.concurrency}"
+        if self.working:
+            header += f" work_ms={self.work_ms:g} handler={'async' if self.use_async else 'sync'}"
+        print(header, flush=True)
+
+    # the handler ---------------------------------------------------------------------------
+
+    @property
+    def working(self) -> bool:
+        """True when the drained jobs are ``work``/``awork`` jobs rather than no-ops."""
+        return self.work_ms > 0 or self.use_async
+
+    @property
+    def seconds(self) -> float:
+        """What each drained job waits, in seconds (the argument every ``work`` handler gets)."""
+        return self.work_ms / 1000.0
+
+    def handler(self, ran: str, cannot: str = "") -> None:
+        """Say which handler the drain runs (``ran``); ``cannot``: why it is not the kind asked
+        for (e.g. the library runs no async handler), printed as such."""
+        asked = "async" if self.use_async else "sync"
+        text = f"# handler: {ran}"
+        if cannot:
+            text = f"# handler: {asked} handler asked; {cannot}: ran {ran} instead"
+        print(text, flush=True)
 
     # enqueue -------------------------------------------------------------------------------
 
@@ -161,12 +195,15 @@ class Harness:
         poll: Callable[[], tuple[int, int]],
         note: str = "",
         purge: Callable[[], object] | None = None,
+        slots: int | None = None,
     ) -> None:
         """``drain``: from the first job seen started to the last seen finished, polling the
         store (``poll`` returns started and finished counts of the ``total`` jobs). A drain
         that times out reports the rate so far, then ``purge`` deletes the jobs still waiting,
-        so that the latency samples do not queue behind them."""
-        log(f"{self.lib}: drain {total} no-op jobs, one worker process")
+        so that the latency samples do not queue behind them. With ``--work-ms``, also
+        ``slot_share``: the drain over what ``slots`` (default: ``--concurrency``) could do."""
+        what = f"jobs waiting {self.work_ms:g} ms" if self.working else "no-op jobs"
+        log(f"{self.lib}: drain {total} {what}, one worker process")
 
         def checked() -> tuple[int, int]:
             if self.worker is not None and self.worker.poll() is not None:
@@ -181,6 +218,7 @@ class Harness:
         if clock.timed_out:
             text += ", TIMED OUT: partial rate"
         emit("drain", rate, "jobs/s", "; ".join(x for x in (text, note) if x))
+        emit_slot_share(rate, slots or self.concurrency, self.work_ms)
         if clock.timed_out:
             if purge is None:
                 raise RuntimeError(f"{self.lib}: the drain timed out and there is no purge")

@@ -1,50 +1,81 @@
 """arq (asyncio, Redis). Worker: ``arq bench_arq.WorkerSettings`` with ``max_jobs = 8`` and arq's
 other defaults (results kept for an hour; an idle worker polls the queue every ``poll_delay`` =
 0.5 s and reads at most 100 jobs per poll, which is what its idle latency and its drain show).
-No bulk enqueue API: n/a."""
+No bulk enqueue API: n/a. ``--work-ms``: with ``--async``, ``awork`` awaits ``asyncio.sleep``;
+arq runs only coroutine functions, so the sync handler is ``time.sleep`` through
+``asyncio.to_thread`` (what arq's documentation advises for blocking code), on a default executor
+of ``max_jobs`` threads so that every job slot has a thread (asyncio's default is
+min(32, CPUs + 4))."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from _harness import send_stamp
 from arq.connections import RedisSettings
+
+MAX_JOBS = int(os.environ.get("BENCH_CONCURRENCY", "8"))
 
 
 async def noop(ctx: dict[str, Any]) -> None:
     pass
 
 
+async def work(ctx: dict[str, Any], seconds: float) -> None:
+    await asyncio.to_thread(time.sleep, seconds)
+
+
+async def awork(ctx: dict[str, Any], seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
 async def stamp(ctx: dict[str, Any], i: int) -> None:
     send_stamp(i)
 
 
+async def startup(ctx: dict[str, Any]) -> None:
+    """One thread per job slot for ``work``'s ``asyncio.to_thread``."""
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(MAX_JOBS))
+
+
 class WorkerSettings:
-    functions = [noop, stamp]
+    functions = [noop, work, awork, stamp]
     # never a default store: the driver sets $BENCH_URL before the worker imports this
     redis_settings = RedisSettings.from_dsn(os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"))
-    max_jobs = int(os.environ.get("BENCH_CONCURRENCY", "8"))
+    max_jobs = MAX_JOBS
+    on_startup = startup
 
 
 def main() -> None:
-    import asyncio
-
     from _harness import Harness
     from arq import create_pool
     from arq.constants import default_queue_name
     from redis import Redis
 
     h = Harness("arq")
+    name, job_args = "noop", ()
+    if h.use_async:
+        name, job_args = "awork", (h.seconds,)
+        h.handler(f"asyncio.sleep({h.work_ms:g} ms)")
+    elif h.working:
+        name, job_args = "work", (h.seconds,)
+        h.handler(
+            f"time.sleep({h.work_ms:g} ms) in asyncio.to_thread, {h.concurrency} threads",
+            "arq runs only async functions",
+        )
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     pool = loop.run_until_complete(create_pool(RedisSettings.from_dsn(h.url)))
-    loop.run_until_complete(h.enqueue_async(lambda: pool.enqueue_job("noop")))
+    loop.run_until_complete(h.enqueue_async(lambda: pool.enqueue_job(name, *job_args)))
     h.enqueue_many(None)
 
     async def rest() -> None:
         for _ in range(h.n):
-            await pool.enqueue_job("noop")
+            await pool.enqueue_job(name, *job_args)
 
     loop.run_until_complete(rest())
     total = 2 * h.n

@@ -2,11 +2,13 @@
 -c 8`` (one process; ``--variant prefork`` runs Celery's default prefork pool: 8 child processes).
 ``task_acks_late``: a message is acknowledged after its task ran, as jobyard does; no result
 backend (results ignored, Celery's default). No bulk enqueue API (``group`` publishes one message
-per task): n/a."""
+per task): n/a. ``--work-ms``: ``work`` sleeps in ``time.sleep``; Celery runs no ``async def``
+task, so ``--async`` runs that same sync task (and says so)."""
 
 from __future__ import annotations
 
 import os
+import time
 
 from _harness import send_stamp
 from celery import Celery
@@ -27,6 +29,11 @@ def noop() -> None:
     pass
 
 
+@app.task(name="work")
+def work(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 @app.task(name="stamp")
 def stamp(i: int) -> None:
     send_stamp(i)
@@ -40,14 +47,19 @@ def main() -> None:
     import bench_celery as tasks  # by module name, as the worker sees it
 
     redis = Redis.from_url(h.url)
+    pool = ["--pool", "prefork"] if h.args.variant == "prefork" else ["--pool", "threads"]
+    job, job_args = tasks.noop, ()
+    if h.working:
+        job, job_args = tasks.work, (h.seconds,)
+        ran = f"time.sleep({h.work_ms:g} ms) in a sync task (pool {pool[1]})"
+        h.handler(ran, "Celery runs no async def task" if h.use_async else "")
     tasks.noop.delay()  # open the producer connection before timing
     redis.delete("bench")
-    h.enqueue(lambda: tasks.noop.delay())
+    h.enqueue(lambda: job.delay(*job_args))
     h.enqueue_many(None, "no bulk API (group publishes one message per task)")
     for _ in range(h.n):
-        tasks.noop.delay()
+        job.delay(*job_args)
     total = 2 * h.n
-    pool = ["--pool", "prefork"] if h.args.variant == "prefork" else ["--pool", "threads"]
     h.start_worker(
         [
             "celery",

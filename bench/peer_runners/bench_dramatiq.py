@@ -1,11 +1,16 @@
 """Dramatiq with its Redis broker and default middleware. Worker: ``dramatiq bench_dramatiq
 --processes 1 --threads 8 --queues bench``. Messages are acknowledged after the actor ran. No bulk
 enqueue API (``group`` sends one message per actor call): n/a. An idle consumer polls the store
-with a growing back-off (Dramatiq's design), which is what its idle latency shows."""
+with a growing back-off (Dramatiq's design), which is what its idle latency shows.
+``--work-ms``: ``work`` sleeps in ``time.sleep``; with ``--async``, ``awork`` is an ``async def``
+actor awaiting ``asyncio.sleep`` on the event loop thread of Dramatiq's ``AsyncIO`` middleware
+(added to the worker's broker then), each of the 8 worker threads waiting for its coroutine."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 
 import dramatiq
 from _harness import send_stamp
@@ -13,12 +18,26 @@ from dramatiq.brokers.redis import RedisBroker
 
 # never a default store: the driver sets $BENCH_URL before this module is imported
 broker = RedisBroker(url=os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"))
+if os.environ.get("BENCH_ASYNC"):
+    from dramatiq.middleware.asyncio import AsyncIO
+
+    broker.add_middleware(AsyncIO())
 dramatiq.set_broker(broker)
 
 
 @dramatiq.actor(queue_name="bench")
 def noop() -> None:
     pass
+
+
+@dramatiq.actor(queue_name="bench")
+def work(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@dramatiq.actor(queue_name="bench")
+async def awork(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 @dramatiq.actor(queue_name="bench")
@@ -34,10 +53,17 @@ def main() -> None:
     import bench_dramatiq as tasks  # by module name, as the worker sees it
 
     redis = Redis.from_url(h.url)
-    h.enqueue(lambda: tasks.noop.send())
+    job, job_args = tasks.noop, ()
+    if h.working:
+        job, job_args = (tasks.awork if h.use_async else tasks.work), (h.seconds,)
+        if h.use_async:
+            h.handler(f"asyncio.sleep({h.work_ms:g} ms) in an async actor (AsyncIO middleware)")
+        else:
+            h.handler(f"time.sleep({h.work_ms:g} ms) in a sync actor")
+    h.enqueue(lambda: job.send(*job_args))
     h.enqueue_many(None, "no bulk API (group sends one message per call)")
     for _ in range(h.n):
-        tasks.noop.send()
+        job.send(*job_args)
     total = 2 * h.n
     h.start_worker(
         [
@@ -49,7 +75,8 @@ def main() -> None:
             str(h.concurrency),
             "--queues",
             "bench",
-        ]
+        ],
+        env={"BENCH_ASYNC": "1"} if h.use_async else None,
     )
 
     def poll() -> tuple[int, int]:
@@ -60,7 +87,12 @@ def main() -> None:
         return total - waiting, total - unacked
 
     try:
-        h.drain(total, poll, "1 process, 8 threads", purge=lambda: redis.delete("dramatiq:bench"))
+        h.drain(
+            total,
+            poll,
+            f"1 process, {h.concurrency} threads",
+            purge=lambda: redis.delete("dramatiq:bench"),
+        )
         h.latency(lambda i: tasks.stamp.send(i))
     finally:
         h.stop_worker()

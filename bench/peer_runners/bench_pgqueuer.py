@@ -2,14 +2,23 @@
 max_concurrent_tasks=20)``, what ``pgq run bench_pgqueuer:create --max-concurrent-tasks 20``
 runs (that CLI of pgqueuer 1.6.0 fails on its own log-level option with typer 0.29), with its
 other defaults (LISTEN/NOTIFY wake-ups; a finished job moves from the queue table to the log
-table). Bulk API: ``Queries.enqueue`` with lists."""
+table). Bulk API: ``Queries.enqueue`` with lists.
+
+``--work-ms``: with ``--async``, the ``awork`` entrypoint awaits ``asyncio.sleep``; PgQueuer
+refuses sync entrypoints, so the sync handler is ``time.sleep`` through ``asyncio.to_thread`` (what
+its error message advises), on a default executor with one thread per task. With ``--work-ms`` the
+batch size is ``--concurrency // 2``, so that ``max_concurrent_tasks`` (>= 2 x batch) equals the
+concurrency the other libraries get: with handlers that wait, slots are what is compared."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 from _harness import send_stamp
 
@@ -24,10 +33,20 @@ async def create() -> AsyncIterator[object]:
     # never a default store: the driver sets $BENCH_URL before the worker imports this
     conn = await asyncpg.connect(os.environ.get("BENCH_URL", "postgresql://127.0.0.1:1/none"))
     pgq = PgQueuer.from_asyncpg_connection(conn)
+    # one thread per task for the sync handler's asyncio.to_thread
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_tasks()))
 
     @pgq.entrypoint("noop")
     async def noop(job: Job) -> None:
         pass
+
+    @pgq.entrypoint("work")
+    async def work(job: Job) -> None:
+        await asyncio.to_thread(time.sleep, float(job.payload or b"0"))
+
+    @pgq.entrypoint("awork")
+    async def awork(job: Job) -> None:
+        await asyncio.sleep(float(job.payload or b"0"))
 
     @pgq.entrypoint("stamp")
     async def stamp(job: Job) -> None:
@@ -39,22 +58,30 @@ async def create() -> AsyncIterator[object]:
         await conn.close()
 
 
+def batch_size(variant: str, concurrency: int, working: bool) -> int:
+    """pgqueuer requires max_concurrent_tasks >= 2 x batch size: with its default batch of 10,
+    20 tasks is the closest to the others' 8 for no-op jobs (or batch 4 with 8, see --variant
+    batch4); jobs that wait get exactly the others' slots (batch concurrency // 2)."""
+    if variant == "batch4":
+        return 4
+    return max(1, concurrency // 2) if working else 10
+
+
+def max_tasks() -> int:
+    """The worker's max_concurrent_tasks, from the driver's environment."""
+    batch = int(os.environ.get("BENCH_BATCH", "10"))
+    return max(int(os.environ.get("BENCH_CONCURRENCY", "8")), 2 * batch)
+
+
 def worker() -> None:
     """The worker process: pgqueuer's own supervisor loop, as ``pgq run`` starts it."""
-    import asyncio
-
     import pgqueuer
 
-    # pgqueuer requires max_concurrent_tasks >= 2 x batch size: with its default batch of 10,
-    # 20 is the closest to the others' 8 (or batch 4 with 8, see --variant batch4)
     batch = int(os.environ.get("BENCH_BATCH", "10"))
-    concurrency = max(int(os.environ.get("BENCH_CONCURRENCY", "8")), 2 * batch)
-    asyncio.run(pgqueuer.run(create, max_concurrent_tasks=concurrency, batch_size=batch))
+    asyncio.run(pgqueuer.run(create, max_concurrent_tasks=max_tasks(), batch_size=batch))
 
 
 def main() -> None:
-    import asyncio
-
     import asyncpg
     import psycopg
     from _harness import Harness
@@ -62,20 +89,30 @@ def main() -> None:
     from pgqueuer.queries import Queries
 
     h = Harness("pgqueuer")
+    name, payload = "noop", None
+    if h.use_async:
+        name, payload = "awork", repr(h.seconds).encode()
+        h.handler(f"asyncio.sleep({h.work_ms:g} ms)")
+    elif h.working:
+        name, payload = "work", repr(h.seconds).encode()
+        h.handler(
+            f"time.sleep({h.work_ms:g} ms) in asyncio.to_thread, one thread per task",
+            "PgQueuer runs only async entrypoints",
+        )
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     aconn = loop.run_until_complete(asyncpg.connect(h.url))
     queries = Queries(AsyncpgDriver(aconn))
     loop.run_until_complete(queries.install())
-    loop.run_until_complete(h.enqueue_async(lambda: queries.enqueue("noop", None)))
+    loop.run_until_complete(h.enqueue_async(lambda: queries.enqueue(name, payload)))
     loop.run_until_complete(
         h.enqueue_many_async(
-            lambda size: queries.enqueue(["noop"] * size, [None] * size, [0] * size),
+            lambda size: queries.enqueue([name] * size, [payload] * size, [0] * size),
             "Queries.enqueue with lists",
         )
     )
     total = 2 * h.n
-    batch = 4 if h.args.variant == "batch4" else 10
+    batch = batch_size(h.args.variant, h.concurrency, h.working)
     conn = psycopg.connect(h.url, autocommit=True)
     h.start_worker(
         [sys.executable, __file__, "--worker"],
@@ -96,6 +133,7 @@ def main() -> None:
             poll,
             f"batch size {batch}, max_concurrent_tasks {tasks}",
             purge=lambda: conn.execute("DELETE FROM pgqueuer WHERE status = 'queued'"),
+            slots=tasks,
         )
         h.latency(lambda i: queries.enqueue("stamp", str(i).encode()))
     finally:

@@ -1,14 +1,27 @@
 """RQ on Redis. Worker: ``rq worker bench`` (one job at a time, its design); ``--variant simple``
 uses ``rq.worker.SimpleWorker`` (no fork per job), the default ``rq.Worker`` forks a work horse for
-every job. Bulk API: ``Queue.enqueue_many``."""
+every job. Bulk API: ``Queue.enqueue_many``. ``--work-ms``: ``work`` sleeps in ``time.sleep``;
+with ``--async``, ``awork`` awaits ``asyncio.sleep`` (RQ runs a coroutine function's job with
+``asyncio.run``, still one job at a time): one slot either way."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 from _harness import send_stamp
 
 
 def noop() -> None:
     pass
+
+
+def work(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+async def awork(seconds: float) -> None:
+    await asyncio.sleep(seconds)
 
 
 def stamp(i: int) -> None:
@@ -26,10 +39,17 @@ def main() -> None:
 
     redis = Redis.from_url(h.url)
     q = Queue("bench", connection=redis)
-    h.enqueue(lambda: q.enqueue(tasks.noop))
+    if h.working:
+        job, job_args = (tasks.awork if h.use_async else tasks.work), (h.seconds,)
+        how = "asyncio.run, one job at a time" if h.use_async else "one job at a time"
+        call = "asyncio.sleep" if h.use_async else "time.sleep"
+        h.handler(f"{call}({h.work_ms:g} ms) ({how})")
+    else:
+        job, job_args = tasks.noop, ()
+    h.enqueue(lambda: q.enqueue(job, *job_args))
 
     def many(size: int) -> None:
-        q.enqueue_many([Queue.prepare_data(tasks.noop) for _ in range(size)])
+        q.enqueue_many([Queue.prepare_data(job, args=job_args) for _ in range(size)])
 
     h.enqueue_many(many, "Queue.enqueue_many")
     total = 2 * h.n
@@ -43,7 +63,7 @@ def main() -> None:
         return total - pending, finished_reg.count + failed_reg.count
 
     try:
-        h.drain(total, poll, f"worker class {worker_class}", purge=q.empty)
+        h.drain(total, poll, f"worker class {worker_class}", purge=q.empty, slots=1)
         h.latency(lambda i: q.enqueue(tasks.stamp, i))
     finally:
         h.stop_worker()

@@ -1,14 +1,22 @@
 """SAQ (asyncio, Redis). Worker: ``saq bench_saq.settings`` with ``concurrency = 8`` and SAQ's
 other defaults (an idle worker blocks on BLMOVE, so pick-up is pushed). No bulk enqueue API
-(``Queue.map`` enqueues one by one and waits for the results): n/a."""
+(``Queue.map`` enqueues one by one and waits for the results): n/a. ``--work-ms``: ``work`` is a
+sync function sleeping in ``time.sleep``, which SAQ runs in its worker's thread pool (resized at
+start-up to ``concurrency`` threads so that every slot has one; SAQ's default pool has
+min(32, CPUs + 4)); with ``--async``, ``awork`` awaits ``asyncio.sleep``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from _harness import send_stamp
 from saq import Queue
+
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "8"))
 
 # never a default store: the driver sets $BENCH_URL before the worker imports this
 queue = Queue.from_url(os.environ.get("BENCH_URL", "redis://127.0.0.1:1/0"), name="bench")
@@ -18,33 +26,54 @@ async def noop(ctx: dict[str, Any]) -> None:
     pass
 
 
+def work(ctx: dict[str, Any], *, seconds: float) -> None:
+    time.sleep(seconds)
+
+
+async def awork(ctx: dict[str, Any], *, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
 async def stamp(ctx: dict[str, Any], *, i: int) -> None:
     send_stamp(i)
 
 
+async def startup(ctx: dict[str, Any]) -> None:
+    """One pool thread per slot for the sync ``work`` (SAQ wraps functions per job, with the
+    worker's pool of that moment)."""
+    ctx["worker"].pool = ThreadPoolExecutor(CONCURRENCY)
+
+
 settings = {
     "queue": queue,
-    "functions": [noop, stamp],
-    "concurrency": int(os.environ.get("BENCH_CONCURRENCY", "8")),
+    "functions": [noop, work, awork, stamp],
+    "concurrency": CONCURRENCY,
+    "startup": startup,
 }
 
 
 def main() -> None:
-    import asyncio
-
     from _harness import Harness
 
     h = Harness("saq")
+    name: str = "noop"
+    job_kwargs: dict[str, float] = {}
+    if h.working:
+        name, job_kwargs = ("awork" if h.use_async else "work"), {"seconds": h.seconds}
+        if h.use_async:
+            h.handler(f"asyncio.sleep({h.work_ms:g} ms)")
+        else:
+            h.handler(f"time.sleep({h.work_ms:g} ms) in SAQ's pool, {h.concurrency} threads")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     q = Queue.from_url(h.url, name="bench")
     loop.run_until_complete(q.connect())
-    loop.run_until_complete(h.enqueue_async(lambda: q.enqueue("noop")))
+    loop.run_until_complete(h.enqueue_async(lambda: q.enqueue(name, **job_kwargs)))
     h.enqueue_many(None, "no bulk API (map enqueues one by one and waits)")
 
     async def rest() -> None:
         for _ in range(h.n):
-            await q.enqueue("noop")
+            await q.enqueue(name, **job_kwargs)
 
     loop.run_until_complete(rest())
     total = 2 * h.n
