@@ -325,6 +325,8 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
 
 def encode_result(value: Any) -> str:
     """JSON-encode a handler's return value (TypeError if it is not JSON)."""
+    if value is None:  # most handlers return nothing
+        return "null"
     try:
         text = _dumps(value)
     except (TypeError, ValueError, RecursionError) as exc:

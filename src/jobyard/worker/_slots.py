@@ -36,6 +36,11 @@ class Pace:
     run_avg: float | None = None  # seconds per handler call
     claim_avg: float = 0.001  # seconds per claim round trip
     cool: bool = False  # a buffered job was handed back: no buffer until a fast finish
+    _buffer: int = 0  # buffer() as of the last refresh (it is read once per finished job)
+    _finishes: int = 0
+
+    def __post_init__(self) -> None:
+        self._refresh()
 
     @property
     def adaptive(self) -> bool:
@@ -46,19 +51,31 @@ class Pace:
         """A handler returned after ``seconds``."""
         avg = self.run_avg
         self.run_avg = seconds if avg is None else avg + _WEIGHT * (seconds - avg)
-        if seconds <= FAST:
+        self._finishes += 1
+        if seconds <= FAST and self.cool:
             self.cool = False
+            self._refresh()
+        elif self._finishes % 8 == 0 or avg is None:
+            self._refresh()
 
     def claimed(self, seconds: float) -> None:
         """A claim round trip took ``seconds``."""
         self.claim_avg += _WEIGHT * (seconds - self.claim_avg)
+        self._refresh()
 
     def handed_back(self) -> None:
         """A buffered job waited too long and was handed back."""
         self.cool = True
+        self._refresh()
 
     def buffer(self) -> int:
         """Jobs to hold beyond the slots."""
+        return self._buffer
+
+    def _refresh(self) -> None:
+        self._buffer = self._depth()
+
+    def _depth(self) -> int:
         if self.prefetch is not None:
             return self.prefetch
         avg = self.run_avg
@@ -73,4 +90,4 @@ class Pace:
 
     def threshold(self) -> int:
         """The smallest claim worth a round trip: half the buffer (1 when there is none)."""
-        return max(1, (self.buffer() + 1) // 2)
+        return max(1, (self._buffer + 1) // 2)
