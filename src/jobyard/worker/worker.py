@@ -223,10 +223,12 @@ class Worker:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         log.info(
-            "worker %s stopped: %d jobs claimed in %d claims, %d buffered jobs handed back",
+            "worker %s stopped: %d jobs claimed in %d claims (%.1f ms each), %d buffered jobs "
+            "handed back",
             self.id,
             self.claimed,
             self.claims,
+            self.pace.claim_avg * 1000,
             self.handed_back,
         )
 
