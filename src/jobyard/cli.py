@@ -229,7 +229,7 @@ def worker(
         log.info("store %s", mask_url(app.url))
         runner.run()
         return
-    from .worker.worker import run_processes
+    from .worker.supervisor import run_processes
 
     _ = app.backend  # fail here, once, if the store is unreachable or not migrated
     log.info("store %s, %d worker processes", mask_url(app.url), processes)

@@ -55,5 +55,5 @@ def test_cron_holds_rules_only() -> None:
 def test_the_worker_is_handed_what_it_needs(path: Path) -> None:
     # The process supervisor loads the App in a fresh child process (by its module:attribute
     # reference): the only import of the App below it.
-    allowed = {"jobyard.app", "jobyard.app.load_app"} if path.name == "worker.py" else set()
+    allowed = {"jobyard.app", "jobyard.app.load_app"} if path.name == "supervisor.py" else set()
     assert {m for m in imported(path) if m.startswith("jobyard.app")} <= allowed

@@ -4,8 +4,9 @@ Threads of one worker process:
 - the producer claims jobs (``producer.py``) and queues them for the handler threads;
 - ``concurrency`` handler threads run sync handlers; one event loop thread runs async ones;
 - the completer acknowledges outcomes in batches (``completer.py``);
-- the heartbeat renews leases and enforces timeouts; maintenance reaps lapsed leases
-  (``maintenance.py``).
+- the heartbeat renews leases, enforces timeouts and hands back buffered jobs that waited too
+  long (``heartbeat.py``); maintenance reaps lapsed leases (``maintenance.py``).
+``--processes`` runs several of these under a supervisor (``supervisor.py``).
 Only the handler threads run user code; every store call is made by the others.
 """
 
@@ -23,7 +24,6 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -32,36 +32,20 @@ from ..backends.base import (
     ClaimedJob,
     Consumer,
     JobsAckParams,
-    LeasesRenewParams,
     Outcome,
     Schedule,
     WorkerInfo,
 )
 from ..hooks import Hooks
 from ..job import JobFunction, check_name
-from . import executor, recurring
+from . import executor, heartbeat, recurring
+from ._held import Running
 from ._slots import HOLD, Pace
 from .completer import Completer
 from .maintenance import Maintenance, Ticker
 from .producer import Producer
 
 log = logging.getLogger("jobyard.worker")
-EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
-
-
-@dataclass(slots=True)
-class _Running:
-    """A claimed job from claim until its outcome is acknowledged."""
-
-    job: ClaimedJob
-    ctx: executor.JobContext
-    next_renew: float  # monotonic
-    claimed_at: float = 0.0  # monotonic
-    deadline: float | None = None  # monotonic; set when the handler starts
-    started: bool = False
-    settled: bool = False  # an outcome was decided (or the job was released)
-    lost: bool = False  # the store said the lease is gone: stop renewing it
-    task: asyncio.Task[None] | None = field(default=None, repr=False)  # an async handler's
 
 
 class Worker:
@@ -128,7 +112,7 @@ class Worker:
         self.claimed = 0  # jobs they brought
         self.handed_back = 0  # buffered jobs handed back unstarted (see _slots.py)
         self._lock = threading.Lock()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, Running] = {}
         self._held = 0  # jobs handed to a thread or task and not yet returned from it
         self._open = 0  # jobs with no outcome decided yet
         self._slot_freed = threading.Event()
@@ -138,7 +122,7 @@ class Worker:
         self._force = threading.Event()
         self._started = False
         self._stopped = False
-        self._tasks: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.pipeline = executor.Pipeline(self.backend, registry, hooks or Hooks(), self.id)
@@ -294,11 +278,11 @@ class Worker:
                 self.backend.jobs_ack(JobsAckParams(back))
             return
         registry = self.registry
-        on_loop: list[_Running] = []
+        on_loop: list[Running] = []
         with self._lock:
             for job in jobs:
                 ctx = self.pipeline.context(job)
-                run = _Running(job, ctx, next_renew=now + job.lease / 3, claimed_at=now)
+                run = Running(job, ctx, next_renew=now + job.lease / 3, claimed_at=now)
                 self._running[job.id] = run
                 self._held += 1
                 self._open += 1
@@ -336,7 +320,7 @@ class Worker:
             finally:
                 self._returned(seconds)
 
-    def _begin(self, run: _Running, timed: bool) -> bool:
+    def _begin(self, run: Running, timed: bool) -> bool:
         """Mark a job started unless it was settled while it waited (handed back, or released at
         shutdown)."""
         with self._lock:
@@ -347,7 +331,7 @@ class Worker:
                 run.deadline = time.monotonic() + run.job.timeout
             return True
 
-    def _execute(self, run: _Running) -> float | None:
+    def _execute(self, run: Running) -> float | None:
         """Run one job on this thread; returns how long its handler took."""
         if not self._begin(run, timed=True):
             return None
@@ -363,13 +347,13 @@ class Worker:
         self._settle_here(run, outcome, seconds)
         return seconds
 
-    def _start_tasks(self, runs: list[_Running]) -> None:
+    def _start_tasks(self, runs: list[Running]) -> None:
         """On the event loop: one task per async job, no thread each."""
         assert self._loop is not None
         for run in runs:
             run.task = self._loop.create_task(self._execute_async(run))
 
-    async def _execute_async(self, run: _Running) -> None:
+    async def _execute_async(self, run: Running) -> None:
         seconds = None
         try:
             if not self._begin(run, timed=False):  # asyncio.timeout enforces the job's timeout
@@ -394,7 +378,7 @@ class Worker:
         finally:
             self._returned(seconds)
 
-    def _mark_settled(self, run: _Running) -> bool:
+    def _mark_settled(self, run: Running) -> bool:
         """With the lock held: the first outcome decided for ``run`` wins; True if this is it."""
         if run.settled:
             return False
@@ -403,7 +387,7 @@ class Worker:
         self._idle.notify_all()
         return True
 
-    def _settle_here(self, run: _Running, outcome: Outcome, seconds: float | None) -> None:
+    def _settle_here(self, run: Running, outcome: Outcome, seconds: float | None) -> None:
         """Record the outcome the handler's own thread reached. If the job was settled already
         (it timed out, or was released at shutdown), the late outcome is discarded and a
         transaction the handler opened is rolled back, here, on the thread that used it."""
@@ -423,7 +407,7 @@ class Worker:
             self.completer.put(left)
         self.pipeline.record(run.job, left or outcome, seconds)
 
-    def _settle_elsewhere(self, run: _Running, outcome: Outcome) -> None:
+    def _settle_elsewhere(self, run: Running, outcome: Outcome) -> None:
         """Record an outcome decided off the handler's thread (a timeout, a shutdown release).
         Never touches the handler's connection: the handler may still be using it."""
         with self._lock:
@@ -443,7 +427,7 @@ class Worker:
         if wake:
             self._slot_freed.set()
 
-    def _hand_back_locked(self, runs: list[_Running]) -> list[Outcome]:
+    def _hand_back_locked(self, runs: list[Running]) -> list[Outcome]:
         """With the lock held: settle jobs that were claimed but never started as released
         (back to pending now, the attempt uncounted). A thread that picks one up later skips it."""
         back = []
@@ -482,22 +466,10 @@ class Worker:
 
     def _heartbeat(self) -> None:
         now = time.monotonic()
-        due: list[tuple[str, str]] = []
-        overdue: list[_Running] = []
-        waited: list[_Running] = []
         hold = self.pace.hold if self.pace.adaptive else None
         with self._lock:
-            for run in self._running.values():
-                if run.next_renew <= now and not run.lost:
-                    due.append((run.job.id, run.job.token))
-                    run.next_renew = now + run.job.lease / 3
-                if run.settled:
-                    continue
-                if run.deadline is not None and run.deadline <= now:
-                    overdue.append(run)
-                elif hold is not None and not run.started and run.claimed_at + hold <= now:
-                    waited.append(run)
-            back = self._hand_back_locked(waited)
+            beat = heartbeat.scan(self._running.values(), now, hold)
+            back = self._hand_back_locked(beat.waited)
             if back:
                 self.handed_back += len(back)
                 self.pace.handed_back()  # the jobs got slow: stop buffering until they are fast
@@ -505,114 +477,9 @@ class Worker:
             self.completer.put(outcome)
         if back:
             log.debug("handed back %d buffered jobs that waited over %.2fs", len(back), hold)
-        for run in overdue:
+        for run in beat.overdue:
             # A thread cannot be killed: the attempt fails now, the handler's thread keeps its
             # slot until the function returns, and what it returns then is discarded.
             log.warning("job %s: timed out after %ss", run.job.id, run.job.timeout)
             self._settle_elsewhere(run, executor.timed_out(run.job))
-        if not due:
-            return
-        try:
-            lost = self.backend.leases_renew(LeasesRenewParams(self.id, due))
-        except Exception:
-            # The store is away: try again in a second, not a third of a lease from now, so a
-            # short outage does not cost the leases it straddles.
-            with self._lock:
-                for job_id, _ in due:
-                    if (pending := self._running.get(job_id)) is not None:
-                        pending.next_renew = min(pending.next_renew, now + 1.0)
-            raise
-        with self._lock:
-            for job_id in lost:
-                if (gone := self._running.get(job_id)) is not None:
-                    gone.lost = True
-        for job_id in lost:
-            log.warning(
-                "job %s: lease lost (another worker may run it); its outcome will be refused",
-                job_id,
-            )
-
-
-def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **options: Any) -> int:
-    """Run ``processes`` worker processes of ``app_ref`` and supervise them: a child that dies is
-    replaced, SIGINT/SIGTERM are passed on (a second one too). Returns the exit status."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    children: list[Any] = []
-    respawns: list[float] = []
-    stopping = threading.Event()
-
-    def spawn() -> Any:
-        p = ctx.Process(target=_child_main, args=(app_ref, log_level, options), daemon=False)
-        p.start()
-        if stopping.is_set() and p.pid is not None:  # a signal came while it was starting
-            os.kill(p.pid, signal.SIGTERM)
-        return p
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-        for p in children:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signum)
-
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
-    children.extend(spawn() for _ in range(processes))
-    while True:
-        for i, p in enumerate(children):
-            if not p.is_alive() and p.exitcode == EXIT_BAD_INPUT and not stopping.is_set():
-                log.error("worker process %s cannot start; stopping the others", p.pid)
-                forward(signal.SIGTERM, None)
-                for q in children:
-                    q.join(60)
-                return EXIT_BAD_INPUT
-            if not p.is_alive() and not stopping.is_set():
-                log.warning(
-                    "worker process %s exited with %s; starting a replacement", p.pid, p.exitcode
-                )
-                # A child that keeps dying at once is replaced at most every few seconds.
-                recent = [t for t in respawns if time.monotonic() - t < 10.0]
-                respawns[:] = recent
-                if len(recent) >= 2 * processes:
-                    stopping.wait(2.0)
-                respawns.append(time.monotonic())
-                children[i] = spawn()
-        if stopping.is_set() and not any(p.is_alive() for p in children):
-            return 0
-        time.sleep(0.2)
-
-
-def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
-    from .._secrets import scrub
-    from ..app import load_app
-    from ..backends import mask_url
-    from ..errors import JobyardError
-
-    # Our own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes it
-    # on once; in the group it would reach each child twice, and a second signal means "now".
-    os.setpgrp()
-    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        app = load_app(app_ref)
-    except JobyardError as exc:
-        log.error("%s", exc)
-        raise SystemExit(EXIT_BAD_INPUT) from None
-    delay = 0.2
-    while True:  # a replacement started while the store is down waits for it, quietly
-        try:
-            _ = app.backend
-            break
-        except JobyardError as exc:  # a bad URL or a schema behind: waiting will not mend it
-            log.error("%s", exc)
-            raise SystemExit(EXIT_BAD_INPUT) from None
-        except Exception as exc:  # noqa: BLE001 - any driver error while the store is down
-            log.warning(
-                "store %s unreachable (%s); retrying in %.1fs",
-                mask_url(app.url),
-                scrub(str(exc)),
-                delay,
-            )
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    app.run_worker(**options)
+        heartbeat.renew(self.backend, self.id, beat.renew, self._running, self._lock, now)

@@ -1,0 +1,101 @@
+"""``jobyard worker --processes N``: N worker processes, each its own process group, supervised
+by this one: a child that dies is replaced (a child that keeps dying, at most every few seconds),
+and SIGINT/SIGTERM are passed on once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("jobyard.worker")
+EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
+
+
+def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **options: Any) -> int:
+    """Run ``processes`` worker processes of ``app_ref`` and supervise them: a child that dies is
+    replaced, SIGINT/SIGTERM are passed on (a second one too). Returns the exit status."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    children: list[Any] = []
+    respawns: list[float] = []
+    stopping = threading.Event()
+
+    def spawn() -> Any:
+        p = ctx.Process(target=_child_main, args=(app_ref, log_level, options), daemon=False)
+        p.start()
+        if stopping.is_set() and p.pid is not None:  # a signal came while it was starting
+            os.kill(p.pid, signal.SIGTERM)
+        return p
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        for p in children:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    children.extend(spawn() for _ in range(processes))
+    while True:
+        for i, p in enumerate(children):
+            if not p.is_alive() and p.exitcode == EXIT_BAD_INPUT and not stopping.is_set():
+                log.error("worker process %s cannot start; stopping the others", p.pid)
+                forward(signal.SIGTERM, None)
+                for q in children:
+                    q.join(60)
+                return EXIT_BAD_INPUT
+            if not p.is_alive() and not stopping.is_set():
+                log.warning(
+                    "worker process %s exited with %s; starting a replacement", p.pid, p.exitcode
+                )
+                # A child that keeps dying at once is replaced at most every few seconds.
+                recent = [t for t in respawns if time.monotonic() - t < 10.0]
+                respawns[:] = recent
+                if len(recent) >= 2 * processes:
+                    stopping.wait(2.0)
+                respawns.append(time.monotonic())
+                children[i] = spawn()
+        if stopping.is_set() and not any(p.is_alive() for p in children):
+            return 0
+        time.sleep(0.2)
+
+
+def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
+    from .._secrets import scrub
+    from ..app import load_app
+    from ..backends import mask_url
+    from ..errors import JobyardError
+
+    # Our own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes it
+    # on once; in the group it would reach each child twice, and a second signal means "now".
+    os.setpgrp()
+    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        app = load_app(app_ref)
+    except JobyardError as exc:
+        log.error("%s", exc)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+    delay = 0.2
+    while True:  # a replacement started while the store is down waits for it, quietly
+        try:
+            _ = app.backend
+            break
+        except JobyardError as exc:  # a bad URL or a schema behind: waiting will not mend it
+            log.error("%s", exc)
+            raise SystemExit(EXIT_BAD_INPUT) from None
+        except Exception as exc:  # noqa: BLE001 - any driver error while the store is down
+            log.warning(
+                "store %s unreachable (%s); retrying in %.1fs",
+                mask_url(app.url),
+                scrub(str(exc)),
+                delay,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    app.run_worker(**options)
