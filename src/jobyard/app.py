@@ -340,6 +340,10 @@ class App:
         """Live workers."""
         return self.backend.workers_list()
 
+    def queues(self) -> list[QueueConfig]:
+        """The queue configurations stored (see :meth:`configure_queue`)."""
+        return self.backend.queues_list()
+
     def configure_queue(
         self,
         name: str,
@@ -376,7 +380,7 @@ class App:
     def pause_queue(self, name: str, paused: bool = True) -> QueueConfig:
         """Stop (or with ``paused=False`` resume) claims from a queue, keeping its settings."""
         check_name("queue", name)
-        stored = {q.name: q for q in self.backend.queues_list()}.get(name, QueueConfig(name))
+        stored = {q.name: q for q in self.queues()}.get(name, QueueConfig(name))
         config = dataclasses.replace(stored, paused=paused)
         self.backend.queues_configure(config)
         return config

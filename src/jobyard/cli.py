@@ -350,7 +350,7 @@ def status(app_ref: str, as_json: bool) -> None:
     """Jobs per queue by status, completions in the last minute, and live workers."""
     app = _app(app_ref)
     stats = {s.queue: s for s in app.stats()}
-    configs = {c.name: c for c in app.backend.queues_list()}
+    configs = {c.name: c for c in app.queues()}
     names = sorted(set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()})
     workers = sorted(app.workers(), key=lambda w: w.id)
     if as_json:
