@@ -15,6 +15,7 @@ from .backends.base import (
     DEFAULT_LEASE,
     FINISHED,
     Backend,
+    CatchUp,
     Consumer,
     Delivery,
     JobsListParams,
@@ -22,6 +23,7 @@ from .backends.base import (
     QueueConfig,
     QueueStats,
     Schedule,
+    SchedulesPauseParams,
     StatsParams,
     WorkerInfo,
     as_foreign_queues,
@@ -389,20 +391,29 @@ class App:
 
     def schedule(
         self,
-        cron: str,
-        job: JobFunction[..., Any] | str,
+        cron: str | None = None,
+        job: JobFunction[..., Any] | str | None = None,
         args: Sequence[Any] = (),
         kwargs: dict[str, Any] | None = None,
         *,
         name: str | None = None,
+        every: float | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = "latest",
     ) -> Schedule:
         """Enqueue ``job(*args, **kwargs)`` at every tick of the cron expression ``cron``
-        (UTC; 5 fields, or 6 with seconds first). Workers fire each tick exactly once. The
-        job's arguments travel as ``args`` and ``kwargs`` so none can collide with ``name``
-        (the schedule's name, by default the job's); options go through ``job.options()``."""
-        from .cron import check_cron
+        (5 fields, or 6 with seconds first), read in ``timezone`` (an IANA name), or every
+        ``every`` seconds: exactly one of the two. Workers fire each tick exactly once;
+        ``catch_up`` ("latest", "all" or "none") says what ticks missed while no worker ran
+        become (see :mod:`jobyard.cron`). The job's arguments travel as ``args`` and ``kwargs`` so
+        none can collide with ``name`` (the schedule's name, by default the job's); options go
+        through ``job.options()``. A bad expression, interval or timezone raises
+        :class:`ConfigurationError` here."""
+        from .cron import check_rule
 
-        check_cron(cron)
+        cron, every, timezone, catch_up = check_rule(cron, every, timezone, catch_up)
+        if job is None:
+            raise TypeError("schedule() needs the job to enqueue")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise TypeError(f"args must be a list or tuple of the job's arguments, not {args!r}")
         fn = self.by_name(job) if isinstance(job, str) else job
@@ -410,9 +421,72 @@ class App:
         if sched_name in self.schedules:
             raise ConfigurationError(f"a schedule named {sched_name!r} exists already")
         fn.check_call(args, kwargs or {})
-        sched = Schedule(sched_name, cron, fn.opts.new_job(args, kwargs or {}))
+        sched = Schedule(
+            sched_name,
+            cron,
+            fn.opts.new_job(args, kwargs or {}),
+            every=every,
+            timezone=timezone,
+            catch_up=catch_up,
+        )
         self.schedules[sched_name] = sched
         return sched
+
+    def cron(
+        self,
+        expression: str | None = None,
+        *,
+        every: float | None = None,
+        timezone: str = "UTC",
+        catch_up: CatchUp = "latest",
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Callable[[JobFunction[P, R]], JobFunction[P, R]]:
+        """Stacked above ``@app.job``: schedule the job (see :meth:`schedule`) and return it
+        unchanged. The expression is checked at once, so a bad one fails at import."""
+        from .cron import check_rule
+
+        check_rule(expression, every, timezone, catch_up)
+
+        def declare(fn: JobFunction[P, R]) -> JobFunction[P, R]:
+            if not isinstance(fn, JobFunction):
+                raise TypeError("@app.cron goes above @app.job, which makes the job it schedules")
+            self.schedule(
+                expression,
+                fn,
+                args,
+                kwargs,
+                name=name,
+                every=every,
+                timezone=timezone,
+                catch_up=catch_up,
+            )
+            return fn
+
+        return declare
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop firing a stored schedule until :meth:`resume_schedule`. The pause is kept in the
+        store: restarts and deploys (which sync schedules) leave it paused."""
+        if not self.backend.schedules_pause(SchedulesPauseParams(name, paused=True)):
+            raise ConfigurationError(self._not_stored(name))
+
+    def resume_schedule(self, name: str) -> None:
+        """Fire a paused schedule again, from its first tick after now: the ticks it missed
+        while paused are dropped, whatever its ``catch_up``."""
+        from .cron import next_run
+
+        stored = {s.name: s for s in self.backend.schedules_list()}.get(name)
+        if stored is None:
+            raise ConfigurationError(self._not_stored(name))
+        next_at = next_run(stored, self.backend.clock_now())
+        if not self.backend.schedules_pause(SchedulesPauseParams(name, False, next_at)):
+            raise ConfigurationError(self._not_stored(name))
+
+    def _not_stored(self, name: str) -> str:
+        hint = " (declared here: a worker or `jobyard cron APP --sync` stores it)"
+        return f"no stored schedule named {name!r}" + (hint if name in self.schedules else "")
 
     def sync_schedules(self) -> None:
         """Store this app's schedules, deactivating stored ones it no longer has."""

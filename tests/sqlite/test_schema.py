@@ -15,7 +15,7 @@ from jobyard.backends.sqlite.backend import SQLiteBackend
 from jobyard.clock import SystemClock
 from jobyard.errors import ConfigurationError, SchemaError
 
-MIGRATIONS = ["0001_initial", "0002_schedules", "0003_workers_forget_after"]
+MIGRATIONS = ["0001_initial", "0002_schedules", "0003_workers_forget_after", "0004_schedule_rules"]
 
 
 # --- URLs ------------------------------------------------------------------------------------
@@ -87,7 +87,12 @@ def test_opening_migrates_once_and_records_each_version(
     backend: SQLiteBackend, raw: sqlite3.Connection, open_backend: Callable[..., SQLiteBackend]
 ) -> None:
     rows = raw.execute("SELECT version, name FROM jobyard_migrations ORDER BY version").fetchall()
-    assert rows == [(1, "0001_initial"), (2, "0002_schedules"), (3, "0003_workers_forget_after")]
+    assert rows == [
+        (1, "0001_initial"),
+        (2, "0002_schedules"),
+        (3, "0003_workers_forget_after"),
+        (4, "0004_schedule_rules"),
+    ]
     assert backend.schema_migrate() == []
     backend.schema_check()
     open_backend().schema_check()  # a second open finds nothing to do
@@ -96,14 +101,14 @@ def test_opening_migrates_once_and_records_each_version(
 def test_a_store_behind_is_reported_then_caught_up(
     backend: SQLiteBackend, raw: sqlite3.Connection
 ) -> None:
-    # given a file on which the last migration never ran
+    # given a file on which the two migrations of the schedules table never ran
     raw.execute("DROP TABLE schedules")
-    raw.execute("DELETE FROM jobyard_migrations WHERE version = 2")
+    raw.execute("DELETE FROM jobyard_migrations WHERE version IN (2, 4)")
     # then the check names the way out
     with pytest.raises(SchemaError, match=r"0002_schedules.*jobyard migrate"):
         backend.schema_check()
     # and migrating applies just what is missing
-    assert backend.schema_migrate() == ["0002_schedules"]
+    assert backend.schema_migrate() == ["0002_schedules", "0004_schedule_rules"]
     backend.schema_check()
 
 

@@ -25,6 +25,7 @@ from ..clock import Clock
 from ..errors import ConfigurationError
 
 Delivery = Literal["at_least_once", "at_most_once"]
+CatchUp = Literal["latest", "all", "none"]
 OutcomeKind = Literal["completed", "retry", "failed", "release"]
 
 STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
@@ -329,30 +330,41 @@ class StatsParams:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """A recurring job: ``job`` is inserted at every cron tick."""
+    """A recurring job: ``job`` is inserted at every tick.
+
+    The ticks are those of the cron expression ``cron`` read in ``timezone``, or, when ``cron``
+    is None, every ``every`` seconds. ``catch_up`` says what ticks missed while no worker ran
+    become (see ``jobyard.cron``). ``active`` is whether the app still declares the schedule;
+    ``paused`` is set by ``app.pause_schedule`` and kept by the store: syncing never changes it."""
 
     name: str
-    cron: str
+    cron: str | None
     job: NewJob
     active: bool = True
     next_run_at: float | None = None  # kept by the store
     last_run_at: float | None = None
+    every: float | None = None  # seconds, when cron is None
+    timezone: str = "UTC"
+    catch_up: CatchUp = "latest"
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulesSyncParams:
     """Make the stored schedules those of ``schedules`` (others are deactivated). A new schedule,
-    or one whose cron expression or job changed, starts at its ``next_run_at``; an unchanged one
-    keeps the stored ``next_run_at`` so a restart never fires a tick twice or skips one."""
+    or one whose ticks (``cron``, ``every``, ``timezone``) or job changed, starts at its
+    ``next_run_at``; an unchanged one keeps the stored ``next_run_at`` so a restart never fires a
+    tick twice or skips one. ``catch_up`` is always taken from the given schedule; ``paused`` is
+    never touched (a new schedule starts unpaused), so a deploy cannot resume a paused one."""
 
     schedules: Sequence[Schedule]
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulesFireParams:
-    """Fire one tick: only if the schedule's stored next_run_at still equals ``fire_at``, move it
-    to ``next_at`` and insert the schedule's job, atomically. Of many workers firing the same
-    tick, exactly one succeeds.
+    """Fire one tick: only if the schedule is active, not paused, and its stored next_run_at
+    still equals ``fire_at``, move it to ``next_at`` and insert the schedule's job, atomically.
+    Of many workers firing the same tick, exactly one succeeds.
 
     The inserted job carries ``idempotency_key``: the schedule job's own key when it has one,
     else the tick's, ``cron:<name>:<fire_at>`` (filled in here when left out), so a tick that
@@ -366,6 +378,28 @@ class SchedulesFireParams:
     def __post_init__(self) -> None:
         if self.idempotency_key is None:
             object.__setattr__(self, "idempotency_key", f"cron:{self.name}:{self.fire_at!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulesSkipParams:
+    """Drop ticks without firing them: the compare-and-set of :class:`SchedulesFireParams`
+    (active, not paused, next_run_at equals ``fire_at``), moving next_run_at to ``next_at``
+    and inserting nothing; last_run_at is unchanged."""
+
+    name: str
+    fire_at: float
+    next_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulesPauseParams:
+    """Pause or resume a stored schedule. Resuming a paused one also sets its next_run_at to
+    ``next_run_at`` (the ticks it missed while paused are dropped); resuming one that is not
+    paused changes nothing."""
+
+    name: str
+    paused: bool
+    next_run_at: float | None = None  # required when resuming
 
 
 # --- the protocol ------------------------------------------------------------------------------
@@ -473,6 +507,14 @@ class Backend(Protocol):
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Fire a due tick (see :class:`SchedulesFireParams`); None if another worker did."""
+        ...
+
+    def schedules_skip(self, params: SchedulesSkipParams) -> bool:
+        """Drop due ticks (see :class:`SchedulesSkipParams`); False if another worker moved on."""
+        ...
+
+    def schedules_pause(self, params: SchedulesPauseParams) -> bool:
+        """Pause or resume (see :class:`SchedulesPauseParams`); False if no such schedule."""
         ...
 
     def close(self) -> None:

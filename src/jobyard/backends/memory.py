@@ -37,6 +37,8 @@ from .base import (
     Reaped,
     Schedule,
     SchedulesFireParams,
+    SchedulesPauseParams,
+    SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
@@ -445,10 +447,13 @@ class MemoryBackend:
                     self._schedules[name] = replace(stored, active=False)
             for new in params.schedules:
                 old = self._schedules.get(new.name)
-                if old is not None and old.cron == new.cron and old.job == new.job:
-                    self._schedules[new.name] = replace(old, active=True)
+                if old is not None and _same_ticks(old, new):
+                    self._schedules[new.name] = replace(old, active=True, catch_up=new.catch_up)
                 else:
-                    self._schedules[new.name] = replace(new, active=True, last_run_at=None)
+                    paused = old is not None and old.paused
+                    self._schedules[new.name] = replace(
+                        new, active=True, last_run_at=None, paused=paused
+                    )
 
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule."""
@@ -458,13 +463,8 @@ class MemoryBackend:
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Compare-and-set the next run, and insert the tick's job."""
         with self._lock:
-            sched = self._schedules.get(params.name)
-            if (
-                sched is None
-                or not sched.active
-                or sched.next_run_at is None
-                or abs(sched.next_run_at - params.fire_at) > 0.001
-            ):
+            sched = self._due(params.name, params.fire_at)
+            if sched is None:
                 return None
             job = sched.job
             job = replace(job, run_at=params.fire_at, idempotency_key=params.idempotency_key)
@@ -474,5 +474,47 @@ class MemoryBackend:
             )
             return inserted
 
+    def schedules_skip(self, params: SchedulesSkipParams) -> bool:
+        """Compare-and-set the next run, inserting nothing."""
+        with self._lock:
+            sched = self._due(params.name, params.fire_at)
+            if sched is None:
+                return False
+            self._schedules[sched.name] = replace(sched, next_run_at=params.next_at)
+            return True
+
+    def schedules_pause(self, params: SchedulesPauseParams) -> bool:
+        """Set the paused flag; a resume also restarts the next run."""
+        with self._lock:
+            sched = self._schedules.get(params.name)
+            if sched is None:
+                return False
+            if params.paused:
+                self._schedules[sched.name] = replace(sched, paused=True)
+            elif sched.paused:
+                self._schedules[sched.name] = replace(
+                    sched, paused=False, next_run_at=params.next_run_at
+                )
+            return True
+
+    def _due(self, name: str, fire_at: float) -> Schedule | None:
+        """The schedule if it is active, not paused and waiting for ``fire_at`` (lock held)."""
+        sched = self._schedules.get(name)
+        if (
+            sched is None
+            or not sched.active
+            or sched.paused
+            or sched.next_run_at is None
+            or abs(sched.next_run_at - fire_at) > 0.001
+        ):
+            return None
+        return sched
+
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _same_ticks(old: Schedule, new: Schedule) -> bool:
+    """Whether a stored schedule keeps its progress when synced as ``new``."""
+    ticks = (old.cron, old.every, old.timezone, old.job)
+    return ticks == (new.cron, new.every, new.timezone, new.job)

@@ -38,6 +38,8 @@ class Queries:
     schedules_sync: str
     schedules_list: str
     schedules_advance: str
+    schedules_skip: str
+    schedules_pause: str
     schema_create: str
     migrations_lock: str
     migrations_unlock: str

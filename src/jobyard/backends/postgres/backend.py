@@ -56,6 +56,8 @@ from ..base import (
     Reaped,
     Schedule,
     SchedulesFireParams,
+    SchedulesPauseParams,
+    SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
@@ -591,16 +593,33 @@ class PostgresBackend:
         given = {s.name: s for s in params.schedules}  # one row per name: the last one wins
         args = {
             "names": list(given),
-            "crons": [s.cron for s in given.values()],
+            "crons": [s.cron or "" for s in given.values()],  # "": an interval schedule
             "jobs": [s.job.to_json() for s in given.values()],
             "next_run_ats": [s.next_run_at for s in given.values()],
+            "everys": [s.every for s in given.values()],
+            "timezones": [s.timezone for s in given.values()],
+            "catch_ups": [s.catch_up for s in given.values()],
         }
         self._run(lambda c: c.execute(Q.schedules_sync, args, prepare=True))
 
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule, by name."""
         rows = self._run(lambda c: self._fetch(c, Q.schedules_list))
-        return [Schedule(r[0], r[1], NewJob.from_json(r[2]), bool(r[3]), r[4], r[5]) for r in rows]
+        return [
+            Schedule(
+                r[0],
+                r[1] or None,  # empty: an interval schedule
+                NewJob.from_json(r[2]),
+                bool(r[3]),
+                r[4],
+                r[5],
+                every=r[6],
+                timezone=r[7],
+                catch_up=r[8],
+                paused=bool(r[9]),
+            )
+            for r in rows
+        ]
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Fire a due tick: move the schedule on and insert its job in one transaction; None
@@ -628,6 +647,17 @@ class PostgresBackend:
             if full is not None:
                 raise full from None
             raise
+
+    def schedules_skip(self, params: SchedulesSkipParams) -> bool:
+        """Move the schedule past ``fire_at`` without a job; False if it was not waiting for
+        that tick (another worker moved it, or it is inactive or paused)."""
+        args = {"name": params.name, "fire_at": params.fire_at, "next_at": params.next_at}
+        return bool(self._run(lambda c: c.execute(Q.schedules_skip, args).rowcount == 1))
+
+    def schedules_pause(self, params: SchedulesPauseParams) -> bool:
+        """Pause or resume a schedule; False if there is no such schedule."""
+        args = {"name": params.name, "paused": params.paused, "next_run_at": params.next_run_at}
+        return bool(self._run(lambda c: c.execute(Q.schedules_pause, args).rowcount == 1))
 
     def close(self) -> None:
         """Stop listening and close every connection; safe to call twice."""

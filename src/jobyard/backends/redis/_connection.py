@@ -57,6 +57,8 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "workers_list",
     "schedules_sync",
     "schedules_fire",
+    "schedules_skip",
+    "schedules_pause",
     "list_take",
     "list_settle",
     "list_recover",

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING, Any
 from ...errors import QueueFull
 from ..base import (
     DEFAULT_MAX_ATTEMPTS,
+    CatchUp,
     Inserted,
     NewJob,
     Schedule,
     SchedulesFireParams,
+    SchedulesPauseParams,
+    SchedulesSkipParams,
     SchedulesSyncParams,
 )
 from .keys import job_id
@@ -54,15 +57,29 @@ def sync(b: RedisBackend, params: SchedulesSyncParams) -> None:
     for s in params.schedules:
         queue = s.job.queue
         old_queue = index.get(s.name)
+        carried = ""  # the pause of a schedule whose hash moves to another slot
         if old_queue is not None and old_queue != queue:
             # the job moved to another queue: its schedule moves to that queue's slot
             stale = b.keys.schedule(old_queue, s.name)
+            was = b.retrying(lambda: b.client.hget(stale, "paused"))  # noqa: B023
+            carried = "1" if was == "1" else "0"
             b.retrying(lambda: b.client.delete(stale))  # noqa: B023 - called at once
         next_run = repr(float(s.next_run_at if s.next_run_at is not None else b.clock_now()))
+        every = "" if s.every is None else repr(float(s.every))
         b._run(
             "schedules_sync",
             [b.keys.schedule(queue, s.name)],
-            [s.name, s.cron, queue, s.job.to_json(), next_run],
+            [
+                s.name,
+                s.cron or "",
+                queue,
+                s.job.to_json(),
+                next_run,
+                every,
+                s.timezone,
+                s.catch_up,
+                carried,
+            ],
         )
         b.retrying(lambda: b.client.hset(b.keys.schedules, s.name, queue))  # noqa: B023
     for name, queue in index.items():
@@ -96,14 +113,41 @@ def list_all(b: RedisBackend) -> list[Schedule]:
         out.append(
             Schedule(
                 name=name,
-                cron=h["cron"],
+                cron=h["cron"] or None,  # empty: an interval schedule
                 job=_job_of(index[name], h["job"]),
                 active=h.get("active") == "1",
                 next_run_at=_opt(h.get("next_run_at")),
                 last_run_at=_opt(h.get("last_run_at")),
+                every=_opt(h.get("every") or None),
+                timezone=h.get("timezone") or "UTC",
+                catch_up=_catch_up(h.get("catch_up")),
+                paused=h.get("paused") == "1",
             )
         )
     return out
+
+
+def skip(b: RedisBackend, params: SchedulesSkipParams) -> bool:
+    """Drop ticks if the schedule still waits for ``fire_at`` (one script on its slot)."""
+    queue = b.retrying(lambda: b.client.hget(b.keys.schedules, params.name))
+    if queue is None:
+        return False
+    args = [repr(float(params.fire_at)), repr(float(params.next_at))]
+    return bool(b._run("schedules_skip", [b.keys.schedule(queue, params.name)], args))
+
+
+def pause(b: RedisBackend, params: SchedulesPauseParams) -> bool:
+    """Pause or resume a schedule (one script on its slot); False if there is none."""
+    queue = b.retrying(lambda: b.client.hget(b.keys.schedules, params.name))
+    if queue is None:
+        return False
+    next_run = "" if params.next_run_at is None else repr(float(params.next_run_at))
+    args = ["1" if params.paused else "0", next_run]
+    return bool(b._run("schedules_pause", [b.keys.schedule(queue, params.name)], args))
+
+
+def _catch_up(value: str | None) -> CatchUp:
+    return value if value in ("all", "none") else "latest"  # type: ignore[return-value]
 
 
 def fire(b: RedisBackend, params: SchedulesFireParams) -> Inserted | None:

@@ -64,6 +64,8 @@ from ..base import (
     Reaped,
     Schedule,
     SchedulesFireParams,
+    SchedulesPauseParams,
+    SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
@@ -604,6 +606,14 @@ class RedisBackend:
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Move the schedule on and insert its job in one script, if the tick is still due."""
         return _schedules.fire(self, params)
+
+    def schedules_skip(self, params: SchedulesSkipParams) -> bool:
+        """Drop ticks in one script, if the schedule still waits for ``fire_at``."""
+        return _schedules.skip(self, params)
+
+    def schedules_pause(self, params: SchedulesPauseParams) -> bool:
+        """Pause or resume a schedule in one script."""
+        return _schedules.pause(self, params)
 
     # foreign lists and streams (ForeignQueueBackend)
 

@@ -115,9 +115,13 @@ def schedule(r: Sequence[Any]) -> Schedule:
     """A row of ``schedules_list``."""
     return Schedule(
         name=r[0],
-        cron=r[1],
+        cron=r[1] or None,  # empty: an interval schedule
         job=NewJob.from_json(r[2]),
         active=bool(r[3]),
         next_run_at=float_or_none(r[4]),
         last_run_at=float_or_none(r[5]),
+        every=float_or_none(r[6]),
+        timezone=r[7],
+        catch_up=r[8],
+        paused=bool(r[9]),
     )

@@ -60,6 +60,8 @@ from ..base import (
     Reaped,
     Schedule,
     SchedulesFireParams,
+    SchedulesPauseParams,
+    SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
     WorkerInfo,
@@ -540,9 +542,12 @@ class SQLiteBackend:
                     q["schedules_upsert"],
                     {
                         "name": sched.name,
-                        "cron": sched.cron,
+                        "cron": sched.cron or "",  # an interval schedule keeps an empty cron
                         "job": sched.job.to_json(),
                         "next_run_at": sched.next_run_at,
+                        "every": sched.every,
+                        "timezone": sched.timezone,
+                        "catch_up": sched.catch_up,
                     },
                 )
 
@@ -571,6 +576,23 @@ class SQLiteBackend:
         if touched:
             self._shared.notify(touched)
         return inserted
+
+    def schedules_skip(self, params: SchedulesSkipParams) -> bool:
+        """Move the schedule past ``fire_at`` without a job; False if it was not waiting for
+        that tick (another worker moved it, or it is inactive or paused)."""
+        args = {"name": params.name, "fire_at": params.fire_at, "next_at": params.next_at}
+        with self._writing() as conn:
+            return conn.execute(self._q["schedules_skip"], args).rowcount == 1
+
+    def schedules_pause(self, params: SchedulesPauseParams) -> bool:
+        """Pause or resume a schedule; False if there is no such schedule."""
+        args = {
+            "name": params.name,
+            "paused": int(params.paused),
+            "next_run_at": params.next_run_at,
+        }
+        with self._writing() as conn:
+            return conn.execute(self._q["schedules_pause"], args).rowcount == 1
 
     def close(self) -> None:
         """Close every connection of this backend; safe to call twice."""

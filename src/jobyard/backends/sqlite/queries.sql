@@ -362,28 +362,35 @@ UPDATE schedules SET active = 0
 WHERE active = 1 AND name NOT IN (SELECT value FROM json_each(:names))
 
 -- name: schedules_upsert
--- An unchanged schedule keeps its stored next and last run, so a restart neither fires a tick
--- twice nor skips one; a new or changed one starts at the given next run. (SET expressions all
--- read the row as it was before the update.)
-INSERT INTO schedules (name, cron, job, active, next_run_at, last_run_at)
-VALUES (:name, :cron, :job, 1, :next_run_at, NULL)
+-- An unchanged schedule (same ticks: cron, every, timezone; same job) keeps its stored next and
+-- last run, so a restart neither fires a tick twice nor skips one; a new or changed one starts at
+-- the given next run. paused is never written here: a deploy cannot resume a paused schedule.
+-- (SET expressions all read the row as it was before the update.)
+INSERT INTO schedules (name, cron, job, active, next_run_at, last_run_at, every, timezone, catch_up)
+VALUES (:name, :cron, :job, 1, :next_run_at, NULL, :every, :timezone, :catch_up)
 ON CONFLICT (name) DO UPDATE
 SET active = 1,
     next_run_at = CASE
         WHEN schedules.cron = excluded.cron AND schedules.job = excluded.job
+             AND schedules.every IS excluded.every AND schedules.timezone = excluded.timezone
         THEN schedules.next_run_at
         ELSE excluded.next_run_at
     END,
     last_run_at = CASE
         WHEN schedules.cron = excluded.cron AND schedules.job = excluded.job
+             AND schedules.every IS excluded.every AND schedules.timezone = excluded.timezone
         THEN schedules.last_run_at
         ELSE NULL
     END,
     cron = excluded.cron,
-    job = excluded.job
+    job = excluded.job,
+    every = excluded.every,
+    timezone = excluded.timezone,
+    catch_up = excluded.catch_up
 
 -- name: schedules_list
-SELECT name, cron, job, active, next_run_at, last_run_at FROM schedules ORDER BY name
+SELECT name, cron, job, active, next_run_at, last_run_at, every, timezone, catch_up, paused
+FROM schedules ORDER BY name
 
 -- name: schedules_advance
 -- The compare-and-set of a tick: only the caller that still sees next_run_at at :fire_at moves
@@ -393,6 +400,26 @@ UPDATE schedules
 SET next_run_at = :next_at, last_run_at = :fire_at
 WHERE name = :name
   AND active = 1
+  AND paused = 0
   AND next_run_at IS NOT NULL
   AND abs(next_run_at - :fire_at) <= 0.001
 RETURNING job
+
+-- name: schedules_skip
+-- The same compare-and-set, dropping the ticks from :fire_at up to :next_at: no job, and
+-- last_run_at stays the last tick that fired.
+UPDATE schedules
+SET next_run_at = :next_at
+WHERE name = :name
+  AND active = 1
+  AND paused = 0
+  AND next_run_at IS NOT NULL
+  AND abs(next_run_at - :fire_at) <= 0.001
+
+-- name: schedules_pause
+-- Pause, or resume: a paused schedule that resumes starts over at :next_run_at (the ticks it
+-- missed while paused never fire); resuming one that is not paused changes nothing.
+UPDATE schedules
+SET next_run_at = CASE WHEN :paused = 0 AND paused = 1 THEN :next_run_at ELSE next_run_at END,
+    paused = :paused
+WHERE name = :name

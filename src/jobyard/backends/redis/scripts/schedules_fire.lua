@@ -12,13 +12,13 @@
 -- Touches: the schedule hash (next_run_at, last_run_at); what jobs_insert.lua touches.
 -- Returns: {"ok", number, "1" created | "0" held by a job with its idempotency key},
 --          {"full", queue, max_pending} (nothing changed) or
---          {"skip"} (not active, or not waiting for this tick).
+--          {"skip"} (not active, paused, or not waiting for this tick).
 
 local sk = KEYS[NQ + 1]
 local fire_at = tonumber(ARGV[2])
-local s = redis.call('HMGET', sk, 'active', 'next_run_at', 'job', 'queue')
+local s = redis.call('HMGET', sk, 'active', 'next_run_at', 'job', 'queue', 'paused')
 -- stores round: a tick matches within 1 ms
-if s[1] ~= '1' or not s[2] or math.abs(tonumber(s[2]) - fire_at) > 0.001 then
+if s[1] ~= '1' or s[5] == '1' or not s[2] or math.abs(tonumber(s[2]) - fire_at) > 0.001 then
   return {'skip'}
 end
 local job = cjson.decode(s[3]) -- NewJob.to_json(): {name, payload, priority, max_attempts, ...}
