@@ -35,7 +35,7 @@ from ._cli_format import (
 )
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES
+from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, Schedule
 from .clock import to_datetime
 from .errors import (
     ConfigurationError,
@@ -637,14 +637,41 @@ def migrate(app_ref: str) -> None:
     help="Store APP's schedules now, deactivating stored ones APP no longer has "
     "(workers of an app with schedules do this when they start).",
 )
+@click.option(
+    "--pause",
+    "pause",
+    metavar="NAME",
+    multiple=True,
+    help="Pause the stored schedule NAME: it fires nothing until resumed, across restarts and "
+    "deploys. Repeatable.",
+)
+@click.option(
+    "--resume",
+    "resume",
+    metavar="NAME",
+    multiple=True,
+    help="Resume the paused schedule NAME from its next tick (ticks missed while paused never "
+    "fire). Repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
-def cron(app_ref: str, sync: bool, as_json: bool) -> None:
-    """Recurring jobs: each schedule with its cron expression, job, next and last run (UTC).
+def cron(
+    app_ref: str, sync: bool, pause: tuple[str, ...], resume: tuple[str, ...], as_json: bool
+) -> None:
+    """Recurring jobs: each schedule with its ticks (cron expression and timezone, or every N
+    seconds), catch-up policy, job, state, next and last run (UTC).
 
     Workers fire the ticks; each tick enqueues its job exactly once, whichever worker wins."""
     app = _app(app_ref)
     if sync:
         app.sync_schedules()
+    for name in pause:
+        app.pause_schedule(name)
+        if not as_json:
+            click.echo(f"paused {name}")
+    for name in resume:
+        app.resume_schedule(name)
+        if not as_json:
+            click.echo(f"resumed {name}")
     stored = app.scheduled()
     if as_json:
         for sched in stored:
@@ -653,9 +680,13 @@ def cron(app_ref: str, sync: bool, as_json: bool) -> None:
                     {
                         "name": sched.name,
                         "cron": sched.cron,
+                        "every": sched.every,
+                        "timezone": sched.timezone,
+                        "catch_up": sched.catch_up,
                         "job": sched.job.name,
                         "queue": sched.job.queue,
                         "active": sched.active,
+                        "paused": sched.paused,
                         "next_run_at": _iso(sched.next_run_at),
                         "last_run_at": _iso(sched.last_run_at),
                     }
@@ -664,25 +695,43 @@ def cron(app_ref: str, sync: bool, as_json: bool) -> None:
         return
     defined = set(app.schedules)
     table = Table(title="schedules")
-    for column in ("name", "cron", "job", "queue", "active", "next run", "last run", "in APP"):
+    columns = ("name", "ticks", "catch up", "job", "queue", "state", "next run", "last run")
+    for column in (*columns, "in APP"):
         table.add_column(column)
     for sched in stored:
+        state = "inactive" if not sched.active else "paused" if sched.paused else "active"
         table.add_row(
             sched.name,
-            sched.cron,
+            _ticks(sched),
+            sched.catch_up,
             sched.job.name,
             sched.job.queue,
-            "yes" if sched.active else "no",
-            _when(to_datetime(sched.next_run_at)) if sched.active else "",
+            state,
+            _when(to_datetime(sched.next_run_at)) if state == "active" else "",
             _when(to_datetime(sched.last_run_at)),
             "yes" if sched.name in defined else "no",
         )
     for name in sorted(defined - {s.name for s in stored}):
         sched = app.schedules[name]
         table.add_row(
-            name, sched.cron, sched.job.name, sched.job.queue, "not stored yet", "", "", "yes"
+            name,
+            _ticks(sched),
+            sched.catch_up,
+            sched.job.name,
+            sched.job.queue,
+            "not stored yet",
+            "",
+            "",
+            "yes",
         )
     _console().print(table)
+
+
+def _ticks(sched: Schedule) -> str:
+    """A schedule's ticks in a few words: "0 9 * * 1-5 (Europe/Berlin)" or "every 30s"."""
+    if sched.cron is None:
+        return f"every {sched.every:g}s"
+    return sched.cron if sched.timezone == "UTC" else f"{sched.cron} ({sched.timezone})"
 
 
 @cli.command()
