@@ -739,6 +739,25 @@ def test_cron_lists_schedules_and_syncs_them(cli: Cli) -> None:
     assert datetime.fromisoformat(row["next_run_at"]).timestamp() > time.time()
 
 
+def test_cron_pauses_and_resumes_a_schedule_across_syncs(cli: Cli) -> None:
+    def row() -> dict[str, Any]:
+        (only,) = [json.loads(line) for line in cli.ok("cron", APP, "--json").splitlines()]
+        return only
+
+    cli.ok("cron", APP, "--sync")
+    assert "paused daily-report" in cli.ok("cron", APP, "--pause", "daily-report")
+    assert row()["paused"] is True
+    cli.ok("cron", APP, "--sync")  # what every worker does when it starts
+    assert row()["paused"] is True
+    assert "paused" in cli.ok("cron", APP)
+    assert "resumed daily-report" in cli.ok("cron", APP, "--resume", "daily-report")
+    resumed = row()
+    assert resumed["paused"] is False
+    assert datetime.fromisoformat(resumed["next_run_at"]).timestamp() > time.time()
+    done = cli("cron", APP, "--pause", "nope")
+    assert_one_line_error(done, "no stored schedule named 'nope'")
+
+
 def test_a_bad_cron_expression_is_one_line_with_exit_code_2(cli: Cli) -> None:
     done = cli("cron", "tests.e2e.bad_cron_app:app")
     assert_one_line_error(done, "invalid cron expression '61 * * * *'")
