@@ -13,6 +13,7 @@ import pytest
 
 import jobyard
 from jobyard import cron, testing
+from jobyard.backends.base import Schedule, SchedulesFireParams, SchedulesSkipParams
 from jobyard.worker import recurring
 from tests.conftest import running_worker, wait_until
 
@@ -391,6 +392,56 @@ def test_pausing_an_unknown_schedule_names_it(make_app: Callable[..., jobyard.Ap
         app.pause_schedule("ping")  # declared, not stored yet
     with pytest.raises(jobyard.ConfigurationError, match="no stored schedule named 'nope'"):
         app.resume_schedule("nope")
+
+
+def test_a_skip_is_a_compare_and_set_too(make_app: Callable[..., jobyard.App]) -> None:
+    frozen = jobyard.FrozenClock(START)
+    app = pinging(make_app(frozen), "* * * * *")
+    app.sync_schedules()
+    backend = app.backend
+    tick_at = START + 30
+    assert not backend.schedules_skip(SchedulesSkipParams("ping", tick_at - 60, tick_at + 60))
+    assert not backend.schedules_skip(SchedulesSkipParams("nope", tick_at, tick_at + 60))
+    app.pause_schedule("ping")
+    assert not backend.schedules_skip(SchedulesSkipParams("ping", tick_at, tick_at + 60))
+    assert backend.schedules_fire(SchedulesFireParams("ping", tick_at, tick_at + 60)) is None
+    (sched,) = app.scheduled()
+    assert sched.next_run_at == tick_at
+    app.resume_schedule("ping")  # resumes at the same next tick: the clock has not moved
+    assert backend.schedules_skip(SchedulesSkipParams("ping", tick_at, tick_at + 120))
+    assert not backend.schedules_skip(SchedulesSkipParams("ping", tick_at, tick_at + 120))
+    (sched,) = app.scheduled()
+    assert (sched.next_run_at, sched.last_run_at) == (tick_at + 120, None)
+    assert testing.enqueued(app, "ping") == []
+
+
+def test_resync_restarts_a_schedule_only_when_its_ticks_change(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    frozen = jobyard.FrozenClock(START)
+
+    def deploy(**options: object) -> Schedule:
+        app = make_app(frozen)
+
+        @app.cron("0 9 * * *", **options)  # type: ignore[arg-type]
+        @app.job
+        def ping() -> None:
+            return None
+
+        app.sync_schedules()
+        (sched,) = app.scheduled()
+        return sched
+
+    first = deploy()
+    assert first.next_run_at == START + 30  # 09:00 UTC
+    frozen.advance(3600)
+    # catch_up is a policy, not a tick: the progress stays, the policy changes
+    sched = deploy(catch_up="all")
+    assert (sched.next_run_at, sched.catch_up) == (START + 30, "all")
+    # another timezone moves the ticks: the schedule restarts at its next tick from now
+    sched = deploy(catch_up="all", timezone="Asia/Tokyo")
+    assert sched.timezone == "Asia/Tokyo"
+    assert sched.next_run_at == datetime(2027, 3, 2, 0, 0, tzinfo=UTC).timestamp()  # 09:00 JST
 
 
 # --- racing workers -------------------------------------------------------------------------
