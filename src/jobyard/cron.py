@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
 from typing import Protocol, TypeVar
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import croniter
 
@@ -119,9 +119,10 @@ def check_rule(
     try:
         _zone(timezone)
     except (ValueError, TypeError, KeyError):
-        raise ConfigurationError(
-            f"{what}: unknown timezone {timezone!r} (an IANA name such as 'Europe/Berlin')"
-        ) from None
+        hint = "an IANA name such as 'Europe/Berlin'"
+        if not available_timezones():
+            hint = "this host has no time zone database: `pip install tzdata`"
+        raise ConfigurationError(f"{what}: unknown timezone {timezone!r} ({hint})") from None
     if catch_up not in CATCH_UPS:
         raise ConfigurationError(
             f"{what}: catch_up must be one of {', '.join(map(repr, CATCH_UPS))}, not {catch_up!r}"
@@ -130,13 +131,17 @@ def check_rule(
 
 
 @lru_cache(maxsize=64)
-def _zone(name: str) -> ZoneInfo:
+def _zone(name: str) -> tzinfo:
+    """The zone named ``name``. UTC needs no time zone database, so a host without one (and
+    without the ``tzdata`` package) still runs UTC schedules."""
     if not isinstance(name, str):
         raise TypeError(name)
+    if name == "UTC":
+        return UTC
     return ZoneInfo(name)
 
 
-def _instant(wall: datetime, tz: ZoneInfo) -> float:
+def _instant(wall: datetime, tz: tzinfo) -> float:
     """The instant of the naive local time ``wall``: its first occurrence if it happens twice,
     the end of the gap if it does not exist (a daylight-saving change skipped it)."""
     first = wall.replace(tzinfo=tz, fold=0)

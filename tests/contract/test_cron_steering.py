@@ -317,11 +317,11 @@ def test_catch_up_none_still_fires_a_tick_on_time(make_app: Callable[..., jobyar
 # --- pause ------------------------------------------------------------------------------------
 
 
-def pinging(app: jobyard.App, expression: str) -> jobyard.App:
+def pinging(app: jobyard.App, expression: str, queue: str = "default") -> jobyard.App:
     """``app`` with the ``ping`` job scheduled at ``expression``, catching up every tick."""
 
     @app.cron(expression, catch_up="all")
-    @app.job
+    @app.job(queue=queue)
     def ping() -> None:
         return None
 
@@ -340,6 +340,10 @@ def test_a_pause_survives_restarts_and_deploys(make_app: Callable[..., jobyard.A
     restarted.sync_schedules()
     (sched,) = restarted.scheduled()
     assert sched.paused and sched.next_run_at == START + 30  # unchanged: kept its progress
+    moved = pinging(make_app(frozen), "* * * * *", queue="elsewhere")  # on Redis: another slot
+    moved.sync_schedules()
+    (sched,) = moved.scheduled()
+    assert sched.paused and sched.job.queue == "elsewhere"
     deployed = pinging(make_app(frozen), "*/2 * * * *")
     deployed.sync_schedules()
     (sched,) = deployed.scheduled()
