@@ -23,7 +23,6 @@ Ticks missed while no worker ran follow the schedule's ``catch_up``:
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -34,8 +33,6 @@ from zoneinfo import ZoneInfo, available_timezones
 from croniter import croniter
 
 from .errors import ConfigurationError
-
-log = logging.getLogger("jobyard.cron")
 
 CATCH_UP_MAX = 100  # catch_up="all": at most this many jobs for the ticks of one outage
 LATE_AFTER = 60.0  # catch_up="none": a tick later than this (seconds) counts as missed
@@ -50,8 +47,6 @@ C = TypeVar("C", bound=str)
 class Ticking(Protocol):
     """What the rules read of a schedule (a stored ``jobyard.backends.base.Schedule``)."""
 
-    @property
-    def name(self) -> str: ...
     @property
     def cron(self) -> str | None: ...
     @property
@@ -194,6 +189,7 @@ class Plan:
 
     skip: tuple[float, float] | None = None
     fires: list[tuple[float, float]] = field(default_factory=list)
+    dropped: bool = False  # catch_up="all" met CATCH_UP_MAX: the later missed ticks are dropped
 
 
 def plan(sched: Ticking, now: float) -> Plan:
@@ -212,11 +208,5 @@ def plan(sched: Ticking, now: float) -> Plan:
         if following > now:
             break
         ticks.append(following)
-    if len(ticks) == CATCH_UP_MAX and next_run(sched, ticks[-1]) <= now:
-        log.warning(
-            "schedule %s: more than %d ticks missed; firing the first %d, dropping the rest",
-            sched.name,
-            CATCH_UP_MAX,
-            CATCH_UP_MAX,
-        )
-    return Plan(fires=list(zip(ticks, [*ticks[1:], after_now], strict=True)))
+    dropped = len(ticks) == CATCH_UP_MAX and next_run(sched, ticks[-1]) <= now
+    return Plan(fires=list(zip(ticks, [*ticks[1:], after_now], strict=True)), dropped=dropped)

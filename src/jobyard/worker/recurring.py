@@ -23,7 +23,7 @@ from ..backends.base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
 )
-from ..cron import next_run, plan
+from ..cron import CATCH_UP_MAX, next_run, plan
 from ..errors import QueueFull
 
 log = logging.getLogger("jobyard.cron")
@@ -57,6 +57,15 @@ def tick(backend: Backend) -> list[str]:
                     break  # another worker fired it, and goes on from there
                 log.info("schedule %s fired job %s", sched.name, inserted.id)
                 fired.append(sched.name)
+            else:
+                if todo.dropped:
+                    log.warning(
+                        "schedule %s: more than %d ticks missed; fired the first %d, dropped "
+                        "the rest (catch_up=all)",
+                        sched.name,
+                        CATCH_UP_MAX,
+                        CATCH_UP_MAX,
+                    )
         except QueueFull as exc:
             log.warning("schedule %s: not fired, %s; retrying next tick", sched.name, exc)
     return fired
