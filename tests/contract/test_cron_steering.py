@@ -4,12 +4,15 @@ once. Time is a frozen clock, so every tick is an exact instant."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jobyard
 from jobyard import cron, testing
@@ -174,7 +177,10 @@ def test_the_repeated_hour_fires_once_at_its_first_pass(
     walk(app, frozen, datetime(2027, 11, 1, 3, 0, tzinfo=BERLIN), step=900)
 
     assert fired_at(app, "nightly") == ["10-31 02:30+0200", "11-01 02:30+0100"]
-    # the second pass of 02:00-02:59 (CET) fires nothing: 02:30 CEST is followed by 03:00 CET
+    # the second pass of 02:00-02:59 (CET) fires nothing: 02:30 CEST is followed by 03:00 CET,
+    # even counting from inside the second pass
+    second_pass = datetime(2027, 10, 31, 2, 10, tzinfo=BERLIN, fold=1).timestamp()
+    assert local(cron.next_tick("*/30 * * * *", second_pass, "Europe/Berlin")) == "10-31 03:00+0100"
     assert fired_at(app, "halfhourly")[:5] == [
         "10-31 01:30+0200",
         "10-31 02:00+0200",
@@ -490,3 +496,47 @@ def test_three_workers_ticking_at_once_fire_each_tick_once(
         assert len(fired) == (jobs if round_ == 0 else 1), (round_, fired)
     ticks = [j.run_at.timestamp() for j in testing.enqueued(app, "ping")]
     assert len(ticks) == len(set(ticks))  # never one tick twice
+
+
+# --- the rules, property-tested -----------------------------------------------------------------
+
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago"]
+
+
+def changes(zone: str) -> list[int]:
+    """The instants of 2027 around which ``zone``'s offset changes (to the hour)."""
+    tz = ZoneInfo(zone)
+    hour = int(datetime(2027, 1, 1, tzinfo=UTC).timestamp())
+    hours = range(hour, hour + 366 * 86400, 3600)
+    offsets = [datetime.fromtimestamp(t, tz).utcoffset() for t in hours]
+    return [hour + 3600 * i for i, (a, b) in enumerate(itertools.pairwise(offsets)) if a != b]
+
+
+CHANGES = [(zone, t) for zone in ZONES for t in changes(zone)]
+
+
+@settings(max_examples=80, deadline=None, database=None)
+@given(
+    change=st.sampled_from(CHANGES),
+    expression=st.sampled_from(["*/15 * * * *", "30 2 * * *", "0 * * * *", "*/7 0-3 * * *"]),
+    before=st.integers(min_value=-7200, max_value=86400),  # some start after the change
+)
+def test_ticks_around_a_change_increase_and_each_local_time_fires_once(
+    change: tuple[str, int], expression: str, before: int
+) -> None:
+    zone, at = change
+    tz = ZoneInfo(zone)
+    start = at - before
+    ticks = [float(start)]
+    while ticks[-1] < start + 2 * 86400:
+        ticks.append(cron.next_tick(expression, ticks[-1], zone))
+    ticks = ticks[1:]
+    assert all(a < b for a, b in itertools.pairwise(ticks))
+    walls = [datetime.fromtimestamp(t, tz).replace(tzinfo=None) for t in ticks]
+    assert len(walls) == len(set(walls))  # a repeated local time fires once
+    minutes = {"*/15 * * * *": range(0, 60, 15), "30 2 * * *": [30], "0 * * * *": [0]}
+    for t, wall in zip(ticks, walls, strict=True):
+        on_time = wall.minute in minutes.get(expression, range(0, 60, 7))
+        # a tick off its minute is the end of a skipped stretch: the offset changed right there
+        offsets = {datetime.fromtimestamp(t + d, tz).utcoffset() for d in (-1, 0)}
+        assert on_time or len(offsets) == 2, (zone, expression, wall)
