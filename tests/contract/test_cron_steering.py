@@ -8,6 +8,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import get_args
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 import jobyard
 from jobyard import cron, testing
-from jobyard.backends.base import Schedule, SchedulesFireParams, SchedulesSkipParams
+from jobyard.backends.base import CatchUp, Schedule, SchedulesFireParams, SchedulesSkipParams
 from jobyard.worker import recurring
 from tests.conftest import running_worker, wait_until
 
@@ -118,6 +119,11 @@ def test_cron_below_job_is_refused(make_app: Callable[..., jobyard.App]) -> None
         @app.cron(every=30)  # type: ignore[arg-type]
         def ping() -> None:
             return None
+
+
+def test_the_rules_know_the_contracts_catch_up_policies() -> None:
+    # cron.py holds rules only and imports no store module, so it names the policies itself
+    assert get_args(CatchUp) == cron.CATCH_UPS
 
 
 # --- daylight saving ----------------------------------------------------------------------------
@@ -279,7 +285,12 @@ def test_missed_ticks_follow_the_catch_up_policy(
     frozen.advance(600 + 15)  # ten ticks (09:00 to 09:09) pass with no worker
     assert tick(app) == ["ping"] * len(ticks)
     assert tick(app) == []
-    assert sorted(j.run_at.timestamp() for j in testing.enqueued(app, "ping")) == ticks
+    jobs = testing.enqueued(app, "ping")
+    assert sorted(j.run_at.timestamp() for j in jobs) == ticks
+    # each caught-up tick's job carries that tick's own key, so none is held by another
+    assert sorted(j.idempotency_key or "" for j in jobs) == sorted(
+        f"cron:ping:{t!r}" for t in ticks
+    )
     (sched,) = app.scheduled()
     assert sched.next_run_at == START + 30 + 600  # 09:10, the first tick after now
     assert sched.last_run_at == (ticks[-1] if ticks else None)
