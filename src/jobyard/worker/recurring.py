@@ -38,7 +38,7 @@ def sync(backend: Backend, schedules: Iterable[Schedule]) -> None:
 
 def tick(backend: Backend) -> list[str]:
     """Fire every due tick of every active schedule; the names of those this call fired, once
-    per job inserted."""
+    per tick fired (a tick whose job's own key was held fires, and makes no new job)."""
     now = backend.clock_now()
     fired: list[str] = []
     for sched in backend.schedules_list():
