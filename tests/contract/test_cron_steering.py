@@ -526,7 +526,7 @@ def changes(zone: str) -> list[int]:
 CHANGES = [(zone, t) for zone in ZONES for t in changes(zone)]
 
 
-@settings(max_examples=80, deadline=None, database=None)
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
 @given(
     change=st.sampled_from(CHANGES),
     expression=st.sampled_from(["*/15 * * * *", "30 2 * * *", "0 * * * *", "*/7 0-3 * * *"]),
