@@ -36,6 +36,15 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
+def format_duration(seconds: float) -> str:
+    """``seconds`` in the largest unit that divides it (``1d``, ``6h``, ``90s``)."""
+    for unit in ("w", "d", "h", "m"):
+        size = _UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
 if TYPE_CHECKING:
     _ParamType = click.ParamType[float]
 else:  # click before 8.4 has no generic ParamType

@@ -355,10 +355,13 @@ class App:
         backoff: str | Backoff | None = None,
         max_pending: int | None = None,
         paused: bool = False,
+        retention: float | None = None,
     ) -> QueueConfig:
         """Store a queue's whole configuration (settings left out are cleared); they apply to
         jobs enqueued afterwards that set none. ``max_concurrency`` holds across every worker of
-        every host. To pause or resume without touching the rest, see :meth:`pause_queue`."""
+        every host. ``retention``: seconds a completed job of the queue is kept after it
+        finished (None: the store's default: a day on Redis, until purged elsewhere); workers
+        apply it. To pause or resume without touching the rest, see :meth:`pause_queue`."""
         check_name("queue", name)
         for label, value in (
             ("max_concurrency", max_concurrency),
@@ -367,6 +370,10 @@ class App:
         ):
             if value is not None and value < (0 if label == "max_pending" else 1):
                 raise ConfigurationError(f"{label} must be positive, got {value}")
+        if retention is not None and not retention > 0:
+            raise ConfigurationError(
+                f"retention must be a positive number of seconds, got {retention}"
+            )
         policy = as_backoff(backoff)
         config = QueueConfig(
             name=name,
@@ -375,6 +382,7 @@ class App:
             backoff=None if policy is None else policy.to_json(),
             max_pending=max_pending,
             paused=paused,
+            retention=None if retention is None else float(retention),
         )
         self.backend.queues_configure(config)
         return config

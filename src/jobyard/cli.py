@@ -31,6 +31,7 @@ from ._cli_format import (
     _last_line,
     _scrub,
     _when,
+    format_duration,
     job_to_dict,
 )
 from .app import App, load_app
@@ -343,6 +344,18 @@ def _enqueue_problems(
     return problems
 
 
+def store_retention(backend: Any) -> float | None:
+    """Seconds the store keeps a completed job unless its queue says otherwise (Redis: the
+    URL's ``result_ttl``); None: until purged."""
+    try:
+        from .backends.redis.backend import RedisBackend
+    except ImportError:  # redis-py is an extra: then this is no Redis store
+        return None
+    if isinstance(backend, RedisBackend) and backend.settings.result_ttl > 0:
+        return float(backend.settings.result_ttl)
+    return None
+
+
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
@@ -353,6 +366,8 @@ def status(app_ref: str, as_json: bool) -> None:
     configs = {c.name: c for c in app.queues()}
     names = sorted(set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()})
     workers = sorted(app.workers(), key=lambda w: w.id)
+    default_retention = store_retention(app.backend)
+    warnings = list(getattr(app.backend, "server_warnings", list)())
     if as_json:
         data = {
             "store": mask_url(app.url),
@@ -361,6 +376,11 @@ def status(app_ref: str, as_json: bool) -> None:
                     "queue": q,
                     "counts": {s: stats[q].counts.get(s, 0) if q in stats else 0 for s in STATUSES},
                     "completed_last_minute": stats[q].completed_last_minute if q in stats else 0,
+                    "retention": (
+                        configs[q].retention
+                        if q in configs and configs[q].retention
+                        else default_retention
+                    ),
                 }
                 for q in names
             ],
@@ -377,10 +397,13 @@ def status(app_ref: str, as_json: bool) -> None:
                 for w in workers
             ],
         }
+        data["warnings"] = warnings
         click.echo(json.dumps(data, indent=2))
         return
     console = _console()
     console.print(f"store: {mask_url(app.url)}", markup=False)
+    for warning in warnings:
+        console.print(f"warning: {warning}", markup=False)
     table = Table(title="queues", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("queue", no_wrap=True)
     for s in STATUSES:
@@ -399,6 +422,9 @@ def status(app_ref: str, as_json: bool) -> None:
                 limits.append(f"max_pending={cfg.max_pending}")
             if cfg.paused:
                 limits.append("paused")
+        kept = cfg.retention if cfg is not None and cfg.retention else default_retention
+        if kept:
+            limits.append(f"keep={format_duration(kept)}")
         table.add_row(
             Text(q),
             *(str(counts.get(s, 0)) for s in STATUSES),

@@ -237,6 +237,18 @@ def test_status_counts_jobs_per_queue(cli: Cli) -> None:
     assert data["workers"] == []
 
 
+def test_status_shows_a_queue_retention(cli: Cli, app: jobyard.App) -> None:
+    # given a queue that keeps its completed jobs an hour
+    app.configure_queue("mail", retention=3600)
+    cli.enqueue("greet", "--args", '["a"]')
+    # then status shows it; the SQLite store keeps the others until purged
+    rows = {line.split()[0]: line for line in cli.ok("status", APP).splitlines() if line.strip()}
+    assert "keep=1h" in rows["mail"]
+    queues = {q["queue"]: q for q in cli.json("status", APP)["queues"]}
+    assert queues["mail"]["retention"] == 3600
+    assert cli.json("status", APP)["warnings"] == []
+
+
 def test_jobs_lists_newest_first_with_filters(cli: Cli) -> None:
     a = cli.enqueue("greet", "--args", '["a"]')
     b = cli.enqueue("greet", "--args", '["b"]')

@@ -356,3 +356,59 @@ def test_a_database_that_is_not_a_number_is_refused(url: str, why: str) -> None:
     with pytest.raises(jobyard.ConfigurationError, match=why):
         app.backend  # noqa: B018 - opening the store is the point
     app.close()
+
+
+def test_a_completed_job_is_stored_compact_and_still_shown_in_full(
+    backend: RedisBackend, raw: Any, clock: FrozenClock
+) -> None:
+    # given a job with every option, run to completion
+    (job_id,) = insert(
+        backend,
+        new(priority=3, timeout=9.0, lease=12.0, backoff='{"kind":"fixed"}', parent_id="x-1"),
+    )
+    (delayed_id,) = insert(backend, new(delay=5.0))
+    claimed = claim(backend)
+    before = backend.jobs_get(job_id)
+    clock.advance(5.0)
+    claimed += claim(backend)
+    backend.jobs_ack(JobsAckParams([Outcome(j.id, j.token, "completed", "42") for j in claimed]))
+    # then what only a next attempt reads is gone from its hash
+    queue, number = parse_job_id(job_id)  # type: ignore[misc]
+    stored = raw.hgetall(backend.keys.job(queue, number))
+    assert not {"lease", "backoff", "timeout", "run_at", "token"} & set(stored)
+    # and the record shows everything the API promises
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and before is not None
+    assert (rec.status, rec.result, rec.priority, rec.parent_id) == ("completed", "42", 3, "x-1")
+    assert (rec.run_at, rec.created_at, rec.started_at) == (
+        before.run_at,
+        before.created_at,
+        before.started_at,
+    )
+    assert rec.finished_at == pytest.approx(T0 + 5.0, abs=0.001)
+    # a delayed job keeps its own run_at
+    delayed = backend.jobs_get(delayed_id)
+    assert delayed is not None and delayed.run_at == pytest.approx(T0 + 5.0, abs=0.001)
+    assert delayed.created_at == pytest.approx(T0, abs=0.001)
+
+
+def test_a_queue_retention_overrides_the_store_default(kind: str, clock: FrozenClock) -> None:
+    # given a store keeping completed jobs a day, and a queue that keeps them a minute
+    backend = RedisBackend(url_for(kind), clock)
+    try:
+        backend.queues_configure(QueueConfig("brief", retention=60))
+        short_id, day_id = insert(backend, new("brief"), new("q"))
+        jobs = claim(backend, 2, ("brief", "q"))
+        backend.jobs_ack(JobsAckParams([Outcome(j.id, j.token, "completed") for j in jobs]))
+        # then each completed job's hash expires after its queue's retention
+        n_short, n_day = (i.rsplit(":", 1)[1] for i in (short_id, day_id))
+        assert 50 < backend.client.ttl(backend.keys.job("brief", n_short)) <= 60
+        assert 86390 < backend.client.ttl(backend.keys.job("q", n_day)) <= 86400
+        # and the watchdog prunes by it
+        clock.advance(61)
+        backend.leases_reap(LeasesReapParams())
+        assert backend.jobs_get(short_id) is None
+        assert backend.jobs_get(day_id) is not None
+        assert [q.retention for q in backend.queues_list()] == [60.0]
+    finally:
+        backend.close()

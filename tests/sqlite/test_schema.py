@@ -15,7 +15,13 @@ from jobyard.backends.sqlite.backend import SQLiteBackend
 from jobyard.clock import SystemClock
 from jobyard.errors import ConfigurationError, SchemaError
 
-MIGRATIONS = ["0001_initial", "0002_schedules", "0003_workers_forget_after", "0004_schedule_rules"]
+MIGRATIONS = [
+    "0001_initial",
+    "0002_schedules",
+    "0003_workers_forget_after",
+    "0004_schedule_rules",
+    "0005_counts",
+]
 
 
 # --- URLs ------------------------------------------------------------------------------------
@@ -92,6 +98,7 @@ def test_opening_migrates_once_and_records_each_version(
         (2, "0002_schedules"),
         (3, "0003_workers_forget_after"),
         (4, "0004_schedule_rules"),
+        (5, "0005_counts"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()

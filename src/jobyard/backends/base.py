@@ -99,6 +99,9 @@ class QueueConfig:
     backoff: str | None = None  # Backoff.to_json()
     max_pending: int | None = None
     paused: bool = False
+    # Seconds a completed job of this queue is kept after it finished; None: the store's
+    # default (Redis: the URL's result_ttl; elsewhere until purged or a worker's --retention).
+    retention: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +405,17 @@ class SchedulesPauseParams:
     next_run_at: float | None = None  # required when resuming
 
 
+@dataclass(frozen=True, slots=True)
+class StoreTidyParams:
+    """Housekeeping of the store itself, run by every worker's maintenance: a table that churns
+    (every move of a job leaves a dead row behind on PostgreSQL) is vacuumed once it holds more
+    than ``min_dead`` dead rows plus ``dead_fraction`` of its live rows, or once that many rows
+    were inserted since its last vacuum. Stores without dead rows do nothing."""
+
+    min_dead: int = 5000
+    dead_fraction: float = 0.2
+
+
 # --- the protocol ------------------------------------------------------------------------------
 
 
@@ -490,6 +504,11 @@ class Backend(Protocol):
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
+        ...
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
+        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
         ...
 
     # time and recurring jobs

@@ -41,6 +41,7 @@ from .base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
 )
@@ -433,6 +434,10 @@ class MemoryBackend:
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Nothing to tidy: a dict holds no dead rows."""
+        return []
 
     def clock_now(self) -> float:
         """The frozen clock's now, else the host's."""

@@ -1,5 +1,7 @@
-"""Side tasks every worker runs: lease heartbeats and handler timeouts (fast ticks), and the
-lease reaper, worker registration and retention (slow ticks). No separate process is needed."""
+"""Side tasks every worker runs: lease heartbeats and handler timeouts (fast ticks), the lease
+reaper, worker registration and retention (slow ticks), and the store's own housekeeping (a
+vacuum of PostgreSQL's hot partitions, on a thread of its own so a long one never delays the
+reaper). No separate process is needed."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from ..backends.base import (
     Backend,
     JobsPurgeParams,
     LeasesReapParams,
+    StatsParams,
+    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
 )
@@ -58,7 +62,9 @@ class Ticker:
 
 
 class Maintenance:
-    """The slow side tasks: reap lapsed leases, keep the worker registered, apply retention."""
+    """The slow side tasks: reap lapsed leases, keep the worker registered, apply retention,
+    keep the store tidy (``tidy``: its thresholds, None to leave it to the store's own
+    housekeeping, e.g. a PostgreSQL autovacuum that keeps up)."""
 
     def __init__(
         self,
@@ -67,6 +73,7 @@ class Maintenance:
         reap_interval: float,
         retention: float | None,
         schedules: bool = False,
+        tidy: StoreTidyParams | None = StoreTidyParams(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.backend = backend
         self.info = info
@@ -79,15 +86,21 @@ class Maintenance:
         self._every = max(round(BEAT_EVERY / interval), 1)  # register about every 5 s
         # A worker silent for GONE_MARGIN beats is shown as gone and dropped from the registry.
         self.forget_after = max(self._every * interval * GONE_MARGIN, MIN_FORGET_AFTER)
+        self.tidy_params = tidy
+        self.tidier = Ticker("jobyard-tidy", interval, self.tidy)
 
     def start(self) -> None:
         """Register the worker and start the ticks."""
         self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=self.forget_after))
         self.ticker.start()
+        if self.tidy_params is not None:
+            self.tidier.start()
 
     def stop(self) -> None:
-        """Stop ticking and unregister the worker (safe to call twice)."""
+        """Stop ticking and unregister the worker (safe to call twice). A vacuum in flight is
+        not waited for: it ends on its own, and its connection goes back to the pool."""
         self.ticker.stop()
+        self.tidier.stop(timeout=0.0)
         try:
             self.backend.workers_beat(WorkersBeatParams(self.info, stopping=True))
         except Exception as exc:  # noqa: BLE001 - it ages out of the registry anyway
@@ -102,9 +115,29 @@ class Maintenance:
         self._beats += 1
         if self._beats % self._every == 0:
             self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=self.forget_after))
-            if self.retention is not None:
-                purged = self.backend.jobs_purge(
-                    JobsPurgeParams(("completed",), older_than=self.retention)
-                )
-                if purged:
-                    log.info("retention: purged %d completed jobs", purged)
+            self.apply_retention()
+
+    def apply_retention(self) -> None:
+        """Purge completed jobs past their queue's retention (``configure_queue``), and, with
+        the worker's own ``retention``, those of the queues that set none."""
+        own = {q.name: q.retention for q in self.backend.queues_list() if q.retention}
+        plan: list[tuple[str | None, float]] = sorted(own.items())
+        if self.retention is not None:
+            if own:
+                names = {s.queue for s in self.backend.stats_get(StatsParams())}
+                plan += [(q, self.retention) for q in sorted(names - set(own))]
+            else:
+                plan.append((None, self.retention))  # every queue in one statement
+        for queue, seconds in plan:
+            purged = self.backend.jobs_purge(
+                JobsPurgeParams(("completed",), older_than=seconds, queue=queue)
+            )
+            if purged:
+                log.info("retention: purged %d completed jobs of %s", purged, queue or "all queues")
+
+    def tidy(self) -> None:
+        """Keep the store's hot tables small (a vacuum when they pass the threshold)."""
+        if self.tidy_params is None:
+            return
+        for line in self.backend.store_tidy(self.tidy_params):
+            log.info("store: %s", line)

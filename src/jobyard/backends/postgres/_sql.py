@@ -35,6 +35,15 @@ class Queries:
     workers_list: str
     stats_get: str
     clock_now: str
+    autovacuum_setting: str
+    tidy_lock: str
+    tidy_unlock: str
+    tidy_dead: str
+    vacuum_jobs_pending: str
+    vacuum_jobs_running: str
+    vacuum_job_keys: str
+    vacuum_job_counts: str
+    vacuum_workers: str
     schedules_sync: str
     schedules_list: str
     schedules_advance: str

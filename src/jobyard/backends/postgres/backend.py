@@ -60,6 +60,7 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
 )
@@ -534,6 +535,7 @@ class PostgresBackend:
             "backoff": config.backoff,
             "max_pending": config.max_pending,
             "paused": bool(config.paused),
+            "retention": config.retention,
         }
         self._run(lambda c: c.execute(Q.queues_configure, args, prepare=True))
 
@@ -577,6 +579,48 @@ class PostgresBackend:
             elif kind in per:
                 per[kind] = int(n)
         return [QueueStats(q, counts[q], recent.get(q, 0)) for q in sorted(counts)]
+
+    def server_warnings(self) -> list[str]:
+        """What ``jobyard status`` should warn about this server (not part of the protocol)."""
+        rows = self._run(lambda c: self._fetch(c, Q.autovacuum_setting))
+        if rows and rows[0][0] == "off":
+            return [
+                "the server's autovacuum is off: jobyard's workers vacuum its busiest tables"
+                " themselves, but nothing else is vacuumed or analyzed"
+            ]
+        return []
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Vacuum the tables that churn once they pass the threshold (see queries.sql at
+        ``vacuum_jobs_pending``); one worker at a time, on an autocommit pooled connection
+        (VACUUM cannot run in a transaction). A vacuum takes no lock that blocks the moves of
+        jobs. Returns a line per table vacuumed."""
+        key = {"key": f"jobyard:tidy:{self._settings.lock_scope}"}
+
+        def tidy(conn: Conn) -> list[str]:
+            # pooled connections are in autocommit mode (_connect.py), as VACUUM needs
+            row = conn.execute(Q.tidy_lock, key).fetchone()
+            if not row or not row[0]:
+                return []  # another worker is at it
+            done: list[str] = []
+            try:
+                for name, dead, live, grown in conn.execute(Q.tidy_dead).fetchall():
+                    threshold = params.min_dead + params.dead_fraction * live
+                    if dead < threshold and grown < threshold:
+                        continue
+                    t0 = time.perf_counter()
+                    conn.execute(getattr(Q, f"vacuum_{name}"))
+                    ms = (time.perf_counter() - t0) * 1000.0
+                    done.append(
+                        f"vacuumed {name} ({dead} dead rows, {live} live, {grown} inserted"
+                        f" since its last vacuum) in {ms:.0f} ms"
+                    )
+            finally:
+                if not conn.broken:
+                    conn.execute(Q.tidy_unlock, key)
+            return done
+
+        return self._run(tidy)
 
     # time and recurring jobs --------------------------------------------------------------------
 

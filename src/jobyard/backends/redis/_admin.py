@@ -27,6 +27,7 @@ def queues_configure(b: RedisBackend, config: QueueConfig) -> None:
         "backoff": config.backoff,
         "max_pending": config.max_pending,
         "paused": "1" if config.paused else None,
+        "retention": None if config.retention is None else str(max(1, round(config.retention))),
     }
     b._run("queues_configure", b.keys.queue(config.name), [config.name, _dumps(settings)])
     b._call(lambda: b.client.sadd(b.keys.queues, config.name))
@@ -56,6 +57,7 @@ def queues_list(b: RedisBackend) -> list[QueueConfig]:
                 backoff=h.get("backoff"),
                 max_pending=int(h["max_pending"]) if "max_pending" in h else None,
                 paused=h.get("paused") == "1",
+                retention=float(h["retention"]) if "retention" in h else None,
             )
         )
     return out

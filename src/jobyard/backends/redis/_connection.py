@@ -25,7 +25,7 @@ log = logging.getLogger("jobyard.redis")
 T = TypeVar("T")
 
 DEFAULT_PREFIX = "jobyard"
-DEFAULT_RESULT_TTL = 7 * 24 * 3600.0  # completed jobs and their results: a week
+DEFAULT_RESULT_TTL = 24 * 3600.0  # completed jobs and their results: a day (see backend.py)
 DEFAULT_FAILED_TTL = 0.0  # failed and cancelled jobs: kept until purged (the dead letter)
 DEFAULT_RETRY_FOR = 20.0  # seconds a call keeps retrying while Redis is unreachable
 DEFAULT_SOCKET_TIMEOUT = 30.0  # redis-py's 5 s would cut a long BLPOP or a big insert short

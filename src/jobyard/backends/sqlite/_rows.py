@@ -91,6 +91,7 @@ def queue_config(r: Sequence[Any]) -> QueueConfig:
         backoff=r[3],
         max_pending=r[4],
         paused=bool(r[5]),
+        retention=r[6],
     )
 
 

@@ -24,6 +24,7 @@ import json
 import os
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 
 from ...clock import Clock
@@ -40,6 +41,7 @@ from .._stored import parse_numeric_id, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    FINISHED,
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
@@ -64,6 +66,7 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
 )
@@ -72,6 +75,7 @@ from ._connection import Connections, parse_url, read, write
 from ._shared import Shared, shared_for
 from ._sql import migrations, queries
 
+DEAD = frozenset({"failed", "cancelled"})  # listed through the partial index jobs_dead
 _ACK_QUERIES = {
     "completed": "jobs_ack_completed",
     "retry": "jobs_ack_retry",
@@ -244,11 +248,11 @@ class SQLiteBackend:
         return None if row is None else _rows.record(row)
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
-        """Jobs matching the filter, newest first."""
+        """Jobs matching the filter, newest first (failed or cancelled: by their own index)."""
         rows = (
             self._conns.get()
             .execute(
-                self._q["jobs_list"],
+                self._q["jobs_list_dead" if params.status in DEAD else "jobs_list"],
                 {
                     "queue": params.queue,
                     "status": params.status,
@@ -275,7 +279,9 @@ class SQLiteBackend:
                 if status is None:
                     raise JobNotFound(job_id)
                 raise InvalidTransition.cannot_cancel(job_id, status[0])
-        return _rows.record(row)
+            rec = _rows.record(row)
+            self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
+        return rec
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""
@@ -297,6 +303,7 @@ class SQLiteBackend:
                 if holder is not None:
                     raise DuplicateJob.key_held(job_id, str(holder[0]))
             row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
+            self._count(conn, Counter({(rec.queue, rec.status): -1}))
         self._shared.notify((rec.queue,))
         return _rows.record(row)
 
@@ -306,7 +313,7 @@ class SQLiteBackend:
         if not statuses:
             return 0
         with self._writing() as conn:
-            cursor = conn.execute(
+            rows = conn.execute(
                 self._q["jobs_purge"],
                 {
                     "statuses": json.dumps(statuses),
@@ -314,8 +321,12 @@ class SQLiteBackend:
                     "queue": params.queue,
                     "now": self.clock.now(),
                 },
-            )
-            return cursor.rowcount
+            ).fetchall()
+            gone: Counter[tuple[str, str]] = Counter()
+            for queue, status in rows:
+                gone[(queue, status)] -= 1
+            self._count(conn, gone)
+            return len(rows)
 
     # worker side ------------------------------------------------------------------------------
 
@@ -350,6 +361,7 @@ class SQLiteBackend:
             return []
         q = self._q
         stale: list[str] = []
+        moved: Counter[tuple[str, str]] = Counter()
         with self._writing() as conn:
             now = self._now(conn)
             # One execution per outcome, not executemany: the per-row rowcount is what tells an
@@ -376,13 +388,31 @@ class SQLiteBackend:
                     args["result"] = storable(outcome.result)
                     args["error"] = storable(outcome.error)
                     cursor = conn.execute(sql, args)
-                if cursor.rowcount != 1:
+                if outcome.kind in FINISHED:
+                    # completed and failed return the job's queue (RETURNING), or nothing
+                    rows = cursor.fetchall()
+                    if rows:
+                        moved[(rows[0][0], outcome.kind)] += 1
+                    else:
+                        stale.append(outcome.id)
+                elif cursor.rowcount != 1:
                     stale.append(outcome.id)
+            self._count(conn, moved)
         if len(stale) < len(params.outcomes):
             # A retry or release makes a job due again, and any settled job frees a slot of
             # its queue's max_concurrency: idle workers should look.
             self._shared.notify()
         return stale
+
+    def _count(self, conn: sqlite3.Connection, deltas: Counter[tuple[str, str]]) -> None:
+        """Adjust the finished-job counts (0005_counts.sql) inside the caller's write."""
+        rows = [
+            {"queue": queue, "status": status, "n": n}
+            for (queue, status), n in sorted(deltas.items())
+            if n
+        ]
+        if rows:
+            conn.executemany(self._q["counts_add"], rows)
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block until a job may have become due in ``queues``, or ``timeout`` passes."""
@@ -445,6 +475,7 @@ class SQLiteBackend:
                     "lease_lost_error": LEASE_LOST_ERROR,
                 },
             ).fetchall()
+            self._count(conn, Counter((r[2], r[1]) for r in rows if r[1] == "failed"))
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
@@ -464,6 +495,7 @@ class SQLiteBackend:
                     "backoff": config.backoff,
                     "max_pending": config.max_pending,
                     "paused": int(config.paused),
+                    "retention": config.retention,
                 },
             )
         # Resuming a queue or raising its max_concurrency can make waiting jobs claimable.
@@ -526,6 +558,11 @@ class SQLiteBackend:
         return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
 
     # time and recurring jobs ------------------------------------------------------------------
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
+        pages of deleted rows itself."""
+        return []
 
     def clock_now(self) -> float:
         """The frozen clock's instant, else SQLite's clock, in epoch seconds."""

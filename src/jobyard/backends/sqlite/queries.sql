@@ -97,6 +97,20 @@ WHERE (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset
 
+-- name: jobs_list_dead
+-- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
+-- only when the query states its condition word for word.
+SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery
+FROM jobs INDEXED BY jobs_dead
+WHERE status IN ('failed', 'cancelled')
+  AND status = :status
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+ORDER BY id DESC
+LIMIT :limit OFFSET :offset
+
 -- name: jobs_status
 SELECT status FROM jobs WHERE id = :id
 
@@ -132,6 +146,12 @@ DELETE FROM jobs
 WHERE status IN (SELECT value FROM json_each(:statuses))
   AND finished_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :older_than
   AND (:queue IS NULL OR queue = :queue)
+RETURNING queue, status
+
+-- name: counts_add
+-- Finished jobs per queue and status (0005_counts.sql), adjusted in the transaction of a move.
+INSERT INTO job_counts (queue, status, n) VALUES (:queue, :status, :n)
+ON CONFLICT (queue, status) DO UPDATE SET n = n + excluded.n
 
 
 -- worker side -----------------------------------------------------------------------------------
@@ -201,6 +221,7 @@ SET status = 'completed',
     token = NULL,
     lease_expires_at = NULL
 WHERE id = :id AND status = 'running' AND token = :token
+RETURNING queue
 
 -- name: jobs_ack_retry
 UPDATE jobs
@@ -219,6 +240,7 @@ SET status = 'failed',
     token = NULL,
     lease_expires_at = NULL
 WHERE id = :id AND status = 'running' AND token = :token
+RETURNING queue
 
 -- name: jobs_ack_release
 -- A graceful release gives the attempt back.
@@ -289,23 +311,24 @@ WHERE id IN (
     ORDER BY lease_expires_at
     LIMIT :limit
 )
-RETURNING id, status
+RETURNING id, status, queue
 
 
 -- queues, workers, stats --------------------------------------------------------------------------
 
 -- name: queues_configure
-INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused)
-VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused)
+INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused, retention)
+VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused, :retention)
 ON CONFLICT (name) DO UPDATE
 SET max_concurrency = excluded.max_concurrency,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     max_pending = excluded.max_pending,
-    paused = excluded.paused
+    paused = excluded.paused,
+    retention = excluded.retention
 
 -- name: queues_list
-SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused
+SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused, retention
 FROM queues ORDER BY name
 
 -- name: workers_upsert
@@ -334,10 +357,16 @@ SELECT id, host, pid, queues, concurrency, started_at, last_seen
 FROM workers ORDER BY started_at, id
 
 -- name: stats_counts
--- A scan of the covering index jobs_status, not of the table and its payloads.
+-- Pending and running jobs: two ranges of the covering index jobs_status. Finished jobs are
+-- counted with the moves, in job_counts (0005_counts.sql), never here.
 SELECT queue, status, count(*) FROM jobs
-WHERE json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues))
+WHERE status IN ('pending', 'running')
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
 GROUP BY status, queue
+UNION ALL
+SELECT queue, status, n FROM job_counts
+WHERE n <> 0
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
 
 -- name: stats_configured
 SELECT name FROM queues

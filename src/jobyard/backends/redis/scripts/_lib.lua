@@ -103,6 +103,11 @@ local function release_idem(k, jk, n)
   end
 end
 
+-- Seconds a queue's completed jobs are kept: its own retention, else the store's default.
+local function retention_of(k, default)
+  return tonumber(redis.call('HGET', k.config, 'retention')) or default
+end
+
 -- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept).
 local function to_finished(k, jk, n, status, now, ttl)
   redis.call('ZADD', k[status], n, n)

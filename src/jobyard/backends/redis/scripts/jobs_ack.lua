@@ -1,11 +1,13 @@
 -- jobs_ack.lua: settle a batch of claimed jobs, each fenced by its lease token.
 --
 -- KEYS: the 13 keys of each queue group (see _lib.lua).
--- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept (0: forever)
+-- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept (0: forever) unless
+--       the queue's config sets its own retention
 --       [3] seconds a failed job is kept (0: forever)
 --       [4] JSON array of outcomes, each [group, number, token, kind, result|null, error|null,
 --           delay]; kind is completed, retry, failed or release
--- Touches: the settled job hashes; per group the claims set, the ready levels, prios and pending
+-- Touches: the settled job hashes (a completed one drops the fields only a next attempt reads;
+--          reads each queue's config); per group the claims set, the ready levels, prios and pending
 --          (retry, release) or a finished state's two indexes and idem (completed, failed).
 --          A job whose record turned corrupt while it ran (see fault() in _lib.lua) is failed
 --          with the reason unless the outcome completes it.
@@ -19,33 +21,45 @@ local outcomes = cjson.decode(ARGV[4])
 
 local refused = {}
 local groups = {}
+local kept = {} -- group -> seconds its completed jobs are kept (the queue's own, or ARGV[2])
 for i, o in ipairs(outcomes) do
   local g, n, token, kind = o[1], o[2], o[3], o[4]
   local k = groups[g]
   if not k then
     k = queue_keys(g)
     groups[g] = k
+    kept[g] = retention_of(k, result_ttl)
   end
   local jk = job_key(k, n)
-  local cur = redis.call('HMGET', jk, 'status', 'token', 'priority')
+  local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at')
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
     local bad = fault(jk)
     redis.call('ZREM', k.claims, n)
-    redis.call('HDEL', jk, 'token', 'lease_expires_at')
     local result, err = nz(o[5]), nz(o[6])
     if bad and kind ~= 'completed' then -- a retry or release could not requeue it
       fail_corrupt(k, jk, n, now, bad, failed_ttl)
     elseif kind == 'completed' then
-      redis.call('HSET', jk, 'status', 'completed', 'finished_at', now)
-      if result then
-        redis.call('HSET', jk, 'result', result)
-      else
-        redis.call('HDEL', jk, 'result')
+      -- A completed job is final (only failed and cancelled jobs are retried): what only a next
+      -- attempt reads (lease, backoff, timeout) goes with the claim's fields, and run_at when
+      -- it equals created_at (the reader falls back to it): a smaller hash for the bulk of
+      -- the store, in one HDEL and one HSET.
+      local gone = {'token', 'lease_expires_at', 'lease', 'backoff', 'timeout'}
+      if cur[4] == cur[5] then
+        gone[#gone + 1] = 'run_at'
       end
-      to_finished(k, jk, n, 'completed', now, result_ttl)
+      local set = {'status', 'completed', 'finished_at', now}
+      if result then
+        set[5], set[6] = 'result', result
+      else
+        gone[#gone + 1] = 'result'
+      end
+      redis.call('HDEL', jk, unpack(gone))
+      redis.call('HSET', jk, unpack(set))
+      to_finished(k, jk, n, 'completed', now, kept[g])
     elseif kind == 'failed' then
+      redis.call('HDEL', jk, 'token', 'lease_expires_at')
       redis.call('HSET', jk, 'status', 'failed', 'finished_at', now)
       if err then
         redis.call('HSET', jk, 'error', err)
@@ -54,6 +68,7 @@ for i, o in ipairs(outcomes) do
       end
       to_finished(k, jk, n, 'failed', now, failed_ttl)
     elseif kind == 'retry' then
+      redis.call('HDEL', jk, 'token', 'lease_expires_at')
       local run_at = now + o[7]
       redis.call('HSET', jk, 'status', 'pending', 'run_at', run_at)
       if err then
@@ -63,6 +78,7 @@ for i, o in ipairs(outcomes) do
       end
       to_ready(k, n, cur[3], run_at)
     else -- release: a graceful stop gives the job back; the attempt does not count
+      redis.call('HDEL', jk, 'token', 'lease_expires_at')
       redis.call('HSET', jk, 'status', 'pending', 'run_at', now)
       redis.call('HINCRBY', jk, 'attempts', -1)
       to_ready(k, n, cur[3], now)

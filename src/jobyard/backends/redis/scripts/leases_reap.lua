@@ -4,7 +4,8 @@
 -- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[8] is "1" (a single
 --       Redis node), one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit (recovered jobs, all groups)
---       [4] seconds a completed job is kept (0: forever)   [5] seconds a failed or cancelled job
+--       [4] seconds a completed job is kept (0: forever) unless its queue's config sets a
+--       retention   [5] seconds a failed or cancelled job
 --       is kept (0: forever)   [6] the lease-lost error   [7] the at-most-once-lost error
 --       [8] "1" = wake lists follow
 -- Touches: per group the claims set and the recovered job hashes: back to pending (ready level,
@@ -39,7 +40,7 @@ local left = limit
 for g = 1, ng do
   local k = queue_keys(g)
   lapse_if_due(k)
-  prune(k, 'completed', result_ttl)
+  prune(k, 'completed', retention_of(k, result_ttl))
   prune(k, 'failed', failed_ttl)
   prune(k, 'cancelled', failed_ttl)
   local requeued = 0

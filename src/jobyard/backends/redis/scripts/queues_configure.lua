@@ -2,14 +2,16 @@
 --
 -- KEYS: the 13 keys of the queue (see _lib.lua).
 -- ARGV: [1] queue name   [2] JSON object of the settings that are set: max_concurrency,
---       max_attempts, backoff, max_pending, paused ("1")
+--       max_attempts, backoff, max_pending, paused ("1"), retention (whole seconds a completed
+--       job is kept: jobs_ack.lua and leases_reap.lua read it over the store's result_ttl)
 -- Touches: config (deleted and written whole, so an unset option falls back to the default).
 -- Returns: "OK".
 
 local k = queue_keys(1)
 local settings = cjson.decode(ARGV[2])
 local fields = {'name', ARGV[1]}
-for _, f in ipairs({'max_concurrency', 'max_attempts', 'backoff', 'max_pending', 'paused'}) do
+local names = {'max_concurrency', 'max_attempts', 'backoff', 'max_pending', 'paused', 'retention'}
+for _, f in ipairs(names) do
   local v = nz(settings[f])
   if v ~= nil then
     fields[#fields + 1] = f

@@ -1,0 +1,162 @@
+"""The store keeps its hot partitions small itself: every move of a job leaves a dead row in
+the partition it left, and the server here runs with autovacuum off. ``store_tidy`` (run by
+every worker's maintenance) vacuums a churning table past its threshold, one worker at a time,
+without blocking the moves of jobs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+import jobyard
+from jobyard.backends.base import (
+    JobsAckParams,
+    JobsClaimParams,
+    JobsInsertParams,
+    Outcome,
+    StatsParams,
+    StoreTidyParams,
+)
+from jobyard.backends.postgres.backend import PostgresBackend
+from tests.conftest import running_worker, wait_until
+from tests.postgres.conftest import new
+
+EAGER = StoreTidyParams(min_dead=100, dead_fraction=0.0)
+HOT = ("jobs_pending", "jobs_running")
+
+
+def churn(backend: PostgresBackend, n: int) -> None:
+    """n jobs through pending -> running -> completed: n dead rows in each hot partition."""
+    backend.jobs_insert(JobsInsertParams([new() for _ in range(n)]))
+    jobs = backend.jobs_claim(JobsClaimParams("w1", ["q"], n))
+    backend.jobs_ack(JobsAckParams([Outcome(j.id, j.token, "completed") for j in jobs]))
+
+
+def dead_rows(sql: Callable[..., list[tuple[Any, ...]]], table: str) -> int:
+    rows = sql("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = to_regclass(%s)", [table])
+    return int(rows[0][0])
+
+
+def test_churned_partitions_are_vacuumed_past_the_threshold(
+    backend: PostgresBackend, sql: Callable[..., list[tuple[Any, ...]]]
+) -> None:
+    # given fewer dead rows than the threshold: nothing is done
+    churn(backend, 50)
+    assert backend.store_tidy(EAGER) == []
+    # when the churn passes it (the server's statistics arrive within a second or so)
+    churn(backend, 300)
+    done: list[str] = []
+
+    def tidied() -> bool:
+        done.extend(backend.store_tidy(EAGER))
+        return all(any(line.startswith(f"vacuumed {t} (") for line in done) for t in HOT)
+
+    wait_until(tidied, timeout=20, interval=0.2, what="a vacuum of both hot partitions")
+    # then the hot partitions were vacuumed, and said so
+    # (the server counts them itself; dead-row figures are flushed late, so not compared)
+    for table in HOT:
+        rows = sql(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)", [table]
+        )
+        assert rows[0][0] >= 1
+
+
+def test_tidy_neither_waits_for_open_transactions_nor_runs_twice_at_once(
+    backend: PostgresBackend,
+    connect: Callable[..., psycopg.Connection[Any]],
+    sql: Callable[..., list[tuple[Any, ...]]],
+    schema: str,
+) -> None:
+    churn(backend, 300)
+
+    def flushed() -> bool:
+        # a session reports its counts at the end of a transaction (at most once a second),
+        # or after 10 s idle: keep the backend's pooled sessions busy meanwhile
+        backend.stats_get(StatsParams())
+        return dead_rows(sql, "jobs_running") >= 300
+
+    wait_until(flushed, timeout=20, interval=0.2, what="the dead rows counted")
+    # given another worker tidying (it holds the lock): this one skips its turn at once
+    other = connect(autocommit=True)
+    other.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [f"jobyard:tidy:{schema}"])
+    assert backend.store_tidy(EAGER) == []
+    other.execute("SELECT pg_advisory_unlock_all()")
+    # given a transaction that holds rows of both hot partitions, uncommitted
+    busy = connect()
+    busy.execute(
+        "INSERT INTO jobs_pending (id, status, max_attempts, run_at, created_at,"
+        " lease, queue, name, payload) VALUES (-1, 'pending', 1, 0, 0, 30, 'z', 't', '')"
+    )
+    busy.execute("SELECT id FROM jobs_running FOR UPDATE").fetchall()
+    # when the store is tidied meanwhile, and a worker claims and settles jobs alongside
+    result: list[list[str]] = []
+    tidy = threading.Thread(target=lambda: result.append(backend.store_tidy(EAGER)))
+    tidy.start()
+    churn(backend, 20)
+    tidy.join(timeout=20)
+    # then it finished without waiting for that transaction
+    assert not tidy.is_alive(), "store_tidy waited for an open transaction"
+    assert any("jobs_running" in line for line in result[0])
+    busy.rollback()
+
+
+def test_a_worker_vacuums_as_it_runs_and_logs_it(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = jobyard.App(url)
+
+    @app.job(queue="q")
+    def noop() -> None:
+        """Nothing."""
+
+    caplog.set_level(logging.INFO, logger="jobyard.worker")
+    try:
+        with running_worker(app, queues=["q"], concurrency=4) as worker:
+            worker.maintenance.tidy_params = EAGER
+            noop.enqueue_many([((), {}) for _ in range(400)])
+            wait_until(
+                lambda: "store: vacuumed jobs_running" in caplog.text,
+                timeout=30,
+                interval=0.2,
+                what="the worker's maintenance to vacuum",
+            )
+            counts = {s.queue: s.counts for s in app.stats()}
+            wait_until(lambda: app.stats()[0].counts["completed"] == 400, timeout=30)
+        assert counts["q"]["failed"] == 0
+    finally:
+        app.close()
+
+
+def test_status_warns_when_the_servers_autovacuum_is_off(
+    backend: PostgresBackend, sql: Callable[..., list[tuple[Any, ...]]]
+) -> None:
+    # the server of this suite may run either way: the warning follows its setting
+    off = sql("SHOW autovacuum")[0][0] == "off"
+    warnings = backend.server_warnings()
+    assert bool(warnings) == off
+    assert all("autovacuum is off" in w for w in warnings)
+
+
+def test_a_partition_that_grew_is_vacuumed_so_the_planner_knows_its_size(
+    backend: PostgresBackend, sql: Callable[..., list[tuple[Any, ...]]]
+) -> None:
+    # given an empty pending partition, vacuumed (the planner now believes it empty)
+    sql("VACUUM jobs_pending")
+    # when a backlog arrives, with no claim yet (so no dead rows)
+    backend.jobs_insert(JobsInsertParams([new() for _ in range(500)]))
+    done: list[str] = []
+
+    def tidied() -> bool:
+        done.extend(backend.store_tidy(EAGER))
+        return any(line.startswith("vacuumed jobs_pending (") for line in done)
+
+    # then it is vacuumed again, and the planner's idea of its size is the backlog's
+    wait_until(tidied, timeout=20, interval=0.2, what="a vacuum of the grown partition")
+    assert (
+        sql("SELECT reltuples FROM pg_class WHERE oid = to_regclass('jobs_pending')")[0][0] == 500
+    )
