@@ -23,8 +23,8 @@ Time is Redis's ``TIME`` unless the App's clock is frozen, in which case the fro
 into each script as ``ARGV[1]``.
 
 Retention: completed jobs (and results) expire ``result_ttl`` seconds after they finish (URL
-``?result_ttl=``, default a day: a completed job holds about 0.5 KB of Redis memory, so a
-million jobs a day keep about 0.5 GB; a week would be 3.5 GB); failed and cancelled jobs are
+``?result_ttl=``, default a day: a completed job holds about 0.64 KB of Redis memory, so a
+million jobs a day keep about 0.64 GB; a week would be 4.5 GB); failed and cancelled jobs are
 kept until purged unless ``?failed_ttl=`` is set. Other URL options: ``prefix`` (key prefix,
 default ``jobyard``), ``retry_for`` (seconds to keep retrying while Redis is unreachable,
 default 20) and ``socket_timeout`` (default 30); anything else goes to redis-py.
