@@ -57,3 +57,30 @@ def test_the_worker_is_handed_what_it_needs(path: Path) -> None:
     # reference): the only import of the App below it.
     allowed = {"jobyard.app", "jobyard.app.load_app"} if path.name == "supervisor.py" else set()
     assert {m for m in imported(path) if m.startswith("jobyard.app")} <= allowed
+
+
+REDIS = SRC / "backends" / "redis"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in modules("backends/redis/*.py") if p.name != "backend.py"],
+    ids=lambda p: p.name,
+)
+def test_the_redis_parts_depend_on_the_core_not_on_the_backend(path: Path) -> None:
+    assert "jobyard.backends.redis.backend" not in imported(path)
+
+
+@pytest.mark.parametrize("path", modules("backends/redis/*.py"), ids=lambda p: p.name)
+def test_no_redis_module_reaches_into_another_objects_private_members(path: Path) -> None:
+    # ``x._name`` on anything but self; namedtuple's public ``_replace`` is not private.
+    reached = {
+        f"{ast.unparse(node.value)}.{node.attr}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and node.attr != "_replace"
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    }
+    assert not reached

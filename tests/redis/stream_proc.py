@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from jobyard.backends.redis.backend import RedisBackend
-from jobyard.backends.redis.consumers import StreamConsumer
 from jobyard.clock import SystemClock
 
 
@@ -22,7 +21,7 @@ def main() -> None:
         threading.Event().wait()  # stuck until killed
 
     backend = RedisBackend(url, SystemClock())
-    consumer = StreamConsumer(backend, stream, handler, group=group, consumer="doomed")
+    consumer = backend.consumer_stream(stream, handler, group=group, consumer="doomed")
     while True:
         consumer.run_once(block=1.0)
 

@@ -10,14 +10,14 @@ from ..base import STATUSES, QueueConfig, QueueStats, StatsParams, WorkerInfo, W
 from .keys import QUEUE_RE
 
 if TYPE_CHECKING:
-    from .backend import RedisBackend
+    from ._core import Core
 
 
 def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def queues_configure(b: RedisBackend, config: QueueConfig) -> None:
+def queues_configure(c: Core, config: QueueConfig) -> None:
     """Create or replace a queue's settings."""
     if not QUEUE_RE.match(config.name):
         raise ConfigurationError(f"invalid queue name {config.name!r}")
@@ -29,24 +29,24 @@ def queues_configure(b: RedisBackend, config: QueueConfig) -> None:
         "paused": "1" if config.paused else None,
         "retention": None if config.retention is None else str(max(1, round(config.retention))),
     }
-    b._run("queues_configure", b.keys.queue(config.name), [config.name, _dumps(settings)])
-    b._call(lambda: b.client.sadd(b.keys.queues, config.name))
+    c.run("queues_configure", c.keys.queue(config.name), [config.name, _dumps(settings)])
+    c.call(lambda: c.client.sadd(c.keys.queues, config.name))
 
 
-def queues_list(b: RedisBackend) -> list[QueueConfig]:
+def queues_list(c: Core) -> list[QueueConfig]:
     """Every configured queue, by name."""
-    names = b._known_queues()
+    names = c.known_queues()
     if not names:
         return []
 
     def fetch() -> list[dict[str, str]]:
-        pipe = b.client.pipeline(transaction=False)
+        pipe = c.client.pipeline(transaction=False)
         for q in names:
-            pipe.hgetall(b.keys.queue(q)[0])
+            pipe.hgetall(c.keys.queue(q)[0])
         return cast(list[dict[str, str]], pipe.execute())
 
     out = []
-    for q, h in zip(names, b._call(fetch), strict=True):
+    for q, h in zip(names, c.call(fetch), strict=True):
         if not h:
             continue
         out.append(
@@ -63,7 +63,7 @@ def queues_list(b: RedisBackend) -> list[QueueConfig]:
     return out
 
 
-def workers_beat(b: RedisBackend, params: WorkersBeatParams) -> None:
+def workers_beat(c: Core, params: WorkersBeatParams) -> None:
     """Register, refresh or remove a worker; forget the silent ones."""
     w = params.worker
     info = _dumps(
@@ -77,18 +77,18 @@ def workers_beat(b: RedisBackend, params: WorkersBeatParams) -> None:
         }
     )
     args = [
-        b._now(),
+        c.now(),
         w.id,
         info,
         "1" if params.stopping else "",
         repr(float(params.forget_after)),
     ]
-    b._run("workers_beat", [b.keys.workers, b.keys.workers_info], args)
+    c.run("workers_beat", [c.keys.workers, c.keys.workers_info], args)
 
 
-def workers_list(b: RedisBackend) -> list[WorkerInfo]:
+def workers_list(c: Core) -> list[WorkerInfo]:
     """Registered workers, oldest first."""
-    reply = b._run("workers_list", [b.keys.workers, b.keys.workers_info], [b._now()])
+    reply = c.run("workers_list", [c.keys.workers, c.keys.workers_info], [c.now()])
     out = []
     for i in range(0, len(reply), 3):
         info = json.loads(reply[i + 2])
@@ -107,15 +107,15 @@ def workers_list(b: RedisBackend) -> list[WorkerInfo]:
     return out
 
 
-def stats_get(b: RedisBackend, params: StatsParams) -> list[QueueStats]:
+def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
     """Counts by status for each queue that has jobs or a configuration."""
-    names = b._known_queues()
+    names = c.known_queues()
     if params.queues:
         wanted = set(params.queues)
         names = [q for q in names if q in wanted]
     out = []
-    for batch in b._slices(names):
-        reply = b._run("stats_get", b._group_keys(batch), [b._now(), str(len(batch))])
+    for batch in c.slices(names):
+        reply = c.run("stats_get", c.group_keys(batch), [c.now(), str(len(batch))])
         for g, q in enumerate(batch):
             row = [int(v) for v in reply[g * 7 : g * 7 + 7]]
             if not any(row[:5]) and not row[6]:

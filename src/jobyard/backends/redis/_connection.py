@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 import redis.cluster
 import redis.exceptions
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
@@ -149,19 +149,27 @@ def parse_url(url: str) -> Settings:
     )
 
 
-def make_client(settings: Settings, decode: bool = True) -> Any:
+def make_client(settings: Settings, decode: bool = True, retries: bool = True) -> Any:
     """A thread-safe redis-py client (hiredis parses replies when it is installed).
 
-    redis-py retries a command a few times over fresh connections (a killed connection costs
-    one retry); :func:`call` waits out longer outages such as a restart.
+    With ``retries``, redis-py sends a command again a few times over fresh connections (a
+    killed connection costs one retry) and :func:`call` waits out longer outages such as a
+    restart: for calls that are safe to repeat. Without, redis-py sends each command once
+    (Cluster: no re-execution after a failed node either), for calls that are not (see
+    ``_core.py``).
     """
+    retry = (
+        Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 3)
+        if retries
+        else Retry(NoBackoff(), 0)
+    )
     options: dict[str, Any] = {
         "decode_responses": decode,
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": 5.0,
         "socket_keepalive": True,
         "health_check_interval": 30,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.25), 3),
+        "retry": retry,
     }
     if settings.cluster:
         options.pop("health_check_interval")
@@ -262,13 +270,33 @@ class Outage:
                 self._since = None
 
 
+def never_sent(exc: BaseException) -> bool:
+    """Whether a failed call surely did not run: the connection could not be opened (redis-py
+    says "connecting to", or the pool found its connection not ready before sending), or Redis
+    answered without running it (LOADING after a restart, TRYAGAIN or CLUSTERDOWN on Cluster).
+    Any other failure may have come after Redis ran the command, its reply lost."""
+    if isinstance(
+        exc,
+        redis.exceptions.BusyLoadingError
+        | redis.exceptions.TryAgainError
+        | redis.exceptions.ClusterDownError,
+    ):
+        return True
+    text = str(exc)
+    return "connecting to" in text or "Connection not ready" in text
+
+
 def call(
-    fn: Callable[[], T], retry_for: float, closed: Callable[[], bool], outage: Outage | None = None
+    fn: Callable[[], T],
+    retry_for: float,
+    closed: Callable[[], bool],
+    outage: Outage | None = None,
+    retry_if: Callable[[BaseException], bool] | None = None,
 ) -> T:
     """Run ``fn``, retrying with capped exponential backoff while Redis is unreachable, for up
-    to ``retry_for`` seconds. A retried write may have been applied before its reply was lost:
-    jobs are at-least-once, and a settled outcome seen again is reported as stale, not redone.
-    ``outage`` (one per backend) keeps the log to one line per step of an outage."""
+    to ``retry_for`` seconds; with ``retry_if``, only the failures it accepts (the others are
+    raised at once). ``outage`` (one per backend) keeps the log to one line per step of an
+    outage."""
     outage = outage or Outage()
     delay = 0.02
     deadline: float | None = None
@@ -278,6 +306,8 @@ def call(
         except TRANSIENT as exc:
             if isinstance(exc, redis.exceptions.AuthenticationError):
                 raise  # wrong credentials do not heal by waiting
+            if retry_if is not None and not retry_if(exc):
+                raise
             now = time.monotonic()
             if deadline is None:
                 deadline = now + retry_for

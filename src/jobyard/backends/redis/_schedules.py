@@ -22,7 +22,7 @@ from ..base import (
 from .keys import job_id
 
 if TYPE_CHECKING:
-    from .backend import RedisBackend
+    from ._core import Core
 
 
 def _job_of(queue: str, text: str) -> NewJob:
@@ -50,9 +50,9 @@ def _opt(value: str | None) -> float | None:
     return None if value is None else float(value)
 
 
-def sync(b: RedisBackend, params: SchedulesSyncParams) -> None:
+def sync(c: Core, params: SchedulesSyncParams) -> None:
     """Store the given schedules (see ``SchedulesSyncParams``); deactivate the others."""
-    index: dict[str, str] = b.retrying(lambda: b.client.hgetall(b.keys.schedules))
+    index: dict[str, str] = c.call(lambda: c.client.hgetall(c.keys.schedules))
     given = {s.name for s in params.schedules}
     for s in params.schedules:
         queue = s.job.queue
@@ -60,15 +60,15 @@ def sync(b: RedisBackend, params: SchedulesSyncParams) -> None:
         carried = ""  # the pause of a schedule whose hash moves to another slot
         if old_queue is not None and old_queue != queue:
             # the job moved to another queue: its schedule moves to that queue's slot
-            stale = b.keys.schedule(old_queue, s.name)
-            was = b.retrying(lambda: b.client.hget(stale, "paused"))  # noqa: B023
+            stale = c.keys.schedule(old_queue, s.name)
+            was = c.call(lambda: c.client.hget(stale, "paused"))  # noqa: B023
             carried = "1" if was == "1" else "0"
-            b.retrying(lambda: b.client.delete(stale))  # noqa: B023 - called at once
-        next_run = repr(float(s.next_run_at if s.next_run_at is not None else b.clock_now()))
+            c.call(lambda: c.client.delete(stale))  # noqa: B023 - called at once
+        next_run = repr(float(s.next_run_at if s.next_run_at is not None else c.clock_now()))
         every = "" if s.every is None else repr(float(s.every))
-        b._run(
+        c.run(
             "schedules_sync",
-            [b.keys.schedule(queue, s.name)],
+            [c.keys.schedule(queue, s.name)],
             [
                 s.name,
                 s.cron or "",
@@ -81,33 +81,33 @@ def sync(b: RedisBackend, params: SchedulesSyncParams) -> None:
                 carried,
             ],
         )
-        b.retrying(lambda: b.client.hset(b.keys.schedules, s.name, queue))  # noqa: B023
+        c.call(lambda: c.client.hset(c.keys.schedules, s.name, queue))  # noqa: B023
     for name, queue in index.items():
         if name not in given:
-            _deactivate(b, b.keys.schedule(queue, name))
+            _deactivate(c, c.keys.schedule(queue, name))
 
 
-def _deactivate(b: RedisBackend, key: str) -> None:
-    if b.retrying(lambda: b.client.exists(key)):
-        b.retrying(lambda: b.client.hset(key, "active", "0"))
+def _deactivate(c: Core, key: str) -> None:
+    if c.call(lambda: c.client.exists(key)):
+        c.call(lambda: c.client.hset(key, "active", "0"))
 
 
-def list_all(b: RedisBackend) -> list[Schedule]:
+def list_all(c: Core) -> list[Schedule]:
     """Every stored schedule, by name."""
-    index: dict[str, str] = b.retrying(lambda: b.client.hgetall(b.keys.schedules))
+    index: dict[str, str] = c.call(lambda: c.client.hgetall(c.keys.schedules))
     names = sorted(index)
     if not names:
         return []
 
     def fetch() -> list[dict[str, str]]:
-        pipe = b.client.pipeline(transaction=False)
+        pipe = c.client.pipeline(transaction=False)
         for name in names:
-            pipe.hgetall(b.keys.schedule(index[name], name))
+            pipe.hgetall(c.keys.schedule(index[name], name))
         rows: list[dict[str, str]] = pipe.execute()
         return rows
 
     out = []
-    for name, h in zip(names, b.retrying(fetch), strict=True):
+    for name, h in zip(names, c.call(fetch), strict=True):
         if not h:
             continue
         out.append(
@@ -127,55 +127,55 @@ def list_all(b: RedisBackend) -> list[Schedule]:
     return out
 
 
-def skip(b: RedisBackend, params: SchedulesSkipParams) -> bool:
+def skip(c: Core, params: SchedulesSkipParams) -> bool:
     """Drop ticks if the schedule still waits for ``fire_at`` (one script on its slot)."""
-    queue = b.retrying(lambda: b.client.hget(b.keys.schedules, params.name))
+    queue = c.call(lambda: c.client.hget(c.keys.schedules, params.name))
     if queue is None:
         return False
     args = [repr(float(params.fire_at)), repr(float(params.next_at))]
-    return bool(b._run("schedules_skip", [b.keys.schedule(queue, params.name)], args))
+    return bool(c.run("schedules_skip", [c.keys.schedule(queue, params.name)], args))
 
 
-def pause(b: RedisBackend, params: SchedulesPauseParams) -> bool:
+def pause(c: Core, params: SchedulesPauseParams) -> bool:
     """Pause or resume a schedule (one script on its slot); False if there is none."""
-    queue = b.retrying(lambda: b.client.hget(b.keys.schedules, params.name))
+    queue = c.call(lambda: c.client.hget(c.keys.schedules, params.name))
     if queue is None:
         return False
     next_run = "" if params.next_run_at is None else repr(float(params.next_run_at))
     args = ["1" if params.paused else "0", next_run]
-    return bool(b._run("schedules_pause", [b.keys.schedule(queue, params.name)], args))
+    return bool(c.run("schedules_pause", [c.keys.schedule(queue, params.name)], args))
 
 
 def _catch_up(value: str | None) -> CatchUp:
     return value if value in ("all", "none") else "latest"  # type: ignore[return-value]
 
 
-def fire(b: RedisBackend, params: SchedulesFireParams) -> Inserted | None:
+def fire(c: Core, params: SchedulesFireParams) -> Inserted | None:
     """Fire one tick if the schedule still waits for it (one script on the queue's slot)."""
-    queue = b.retrying(lambda: b.client.hget(b.keys.schedules, params.name))
+    queue = c.call(lambda: c.client.hget(c.keys.schedules, params.name))
     if queue is None:
         return None
-    keys = [*b.keys.queue(queue), b.keys.schedule(queue, params.name)]
-    if b.cluster:
-        first = str(b._run("seq_take", [b.keys.seq, b.keys.queues], ["1", queue]))
+    keys = [*c.keys.queue(queue), c.keys.schedule(queue, params.name)]
+    if c.cluster:
+        first = str(c.run_once("seq_take", [c.keys.seq, c.keys.queues], ["1", queue]))
     else:
         first = ""
-        keys += [b.keys.seq, b.keys.queues, b.keys.wake(queue)]
+        keys += [c.keys.seq, c.keys.queues, c.keys.wake(queue)]
     args = [
-        b._now(),
+        c.now(),
         repr(float(params.fire_at)),
         repr(float(params.next_at)),
         params.idempotency_key or "",
         first,
-        "" if b.cluster else "1",
+        "" if c.cluster else "1",
         str(DEFAULT_MAX_ATTEMPTS),
     ]
-    reply = b._run("schedules_fire", keys, args)
+    reply = c.run("schedules_fire", keys, args)
     if reply[0] == "skip":
         return None
     if reply[0] == "full":
         raise QueueFull(reply[1], int(reply[2]))
     created = reply[2] == "1"
-    if b.cluster and created:
-        b._wake_after({queue: 1})
+    if c.cluster and created:
+        c.wake_after({queue: 1})
     return Inserted(job_id(queue, reply[1]), created)

@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound, QueueFull
@@ -74,11 +73,11 @@ from ..base import (
     WorkersBeatParams,
 )
 from . import _admin, _schedules, consumers
-from ._connection import TRANSIENT, Outage, Scripts, call, make_client, parse_url
-from .keys import QUEUE_RE, Keys, parse_job_id
+from ._connection import TRANSIENT
+from ._core import Core
+from .keys import QUEUE_RE, parse_job_id
 from .keys import job_id as make_id
 
-T = TypeVar("T")
 PURGE_BATCH = 1000
 
 
@@ -142,71 +141,26 @@ def _pairs(flat: Sequence[str]) -> dict[str, str]:
 
 
 class RedisBackend:
-    """The Backend protocol on Redis or Redis Cluster (see the module docstring)."""
+    """The Backend protocol on Redis or Redis Cluster (see the module docstring). Every call
+    goes through :attr:`core` (``_core.py``), which decides which calls may be retried."""
 
     def __init__(self, url: str, clock: Clock) -> None:
-        self.clock = clock
         self.url = mask_url(url)
-        self.settings = parse_url(url)
-        self.cluster = self.settings.cluster
-        self.keys = Keys(self.settings.prefix)
-        self.client: Any = make_client(self.settings)
-        self.scripts = Scripts(self.client)
-        self._closed = False
-        self._binary: Any = None
-        self._lock = threading.Lock()
-        self._outage = Outage()
-
-    # plumbing ---------------------------------------------------------------------------------
-
-    def _call(self, fn: Callable[[], T]) -> T:
-        return call(fn, self.settings.retry_for, lambda: self._closed, self._outage)
-
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        script = self.scripts[name]
-        return self._call(lambda: script(keys=keys, args=args, client=self.client))
-
-    def _now(self) -> str:
-        now = self.clock.now()
-        return "" if now is None else repr(float(now))
-
-    def _slices(self, queues: Sequence[str]) -> list[list[str]]:
-        """Queues per script call: all at once on one node, one at a time on Cluster."""
-        names = list(dict.fromkeys(queues))
-        if not names:
-            return []
-        return [[q] for q in names] if self.cluster else [names]
-
-    def _group_keys(self, queues: Sequence[str]) -> list[str]:
-        return [key for q in queues for key in self.keys.queue(q)]
-
-    def _known_queues(self) -> list[str]:
-        return sorted(self._call(lambda: self.client.smembers(self.keys.queues)))
-
-    def _wake_after(self, counts: dict[str, int]) -> None:
-        """Cluster only: the scripts could not reach the wake lists (another slot)."""
-        due = {q: c for q, c in counts.items() if c > 0}
-        if due:
-            keys = [self.keys.wake(q) for q in due]
-            self._run("wake", keys, [str(c) for c in due.values()])
-
-    def binary_client(self) -> Any:
-        """A client that returns bytes, for entries other programs wrote (maybe not UTF-8)."""
-        with self._lock:
-            if self._binary is None:
-                self._binary = make_client(self.settings, decode=False)
-            return self._binary
-
-    def retrying(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` (a call on one of this backend's clients) through connection outages."""
-        return self._call(fn)
+        self.core = Core(url, clock)
+        # The core's parts, for readers of this backend (tests look at keys through them).
+        self.clock = clock
+        self.settings = self.core.settings
+        self.cluster = self.core.cluster
+        self.keys = self.core.keys
+        self.client: Any = self.core.client
+        self.scripts = self.core.scripts
 
     # schema -----------------------------------------------------------------------------------
 
     def schema_migrate(self) -> list[str]:
         """Redis has no schema: nothing to apply, once the server answers (a dead port or
         wrong credentials fail here rather than pass for "up to date")."""
-        self._call(self.client.ping)
+        self.core.call(self.client.ping)
         return []
 
     def schema_check(self) -> None:
@@ -226,6 +180,9 @@ class RedisBackend:
         On Cluster a batch spanning several queues is checked against every queue's max_pending
         first, then written queue by queue: a concurrent insert between the two can still make a
         later queue refuse its part.
+
+        A batch whose every job has an idempotency key is retried through a lost connection (a
+        repeat returns the jobs it inserted); any other is sent once (see ``_core.py``).
         """
         if params.connection is not None:
             raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
@@ -237,29 +194,40 @@ class RedisBackend:
             if not QUEUE_RE.match(q):
                 raise ConfigurationError(f"invalid queue name {q!r}")
         ttl_ms = "" if queue_ttl is None else str(max(int(queue_ttl * 1000), 1))
+        once = not all(j.idempotency_key for j in jobs)
         if not self.cluster:
-            reply = self._insert(queues, jobs, "", ttl_ms, dry=False)
+            reply = self._insert(queues, jobs, "", ttl_ms, dry=False, once=once)
             return [Inserted(make_id(j.queue, n), c) for j, (n, c) in zip(jobs, reply, strict=True)]
         if len(queues) > 1:
             for q in queues:
                 self._insert([q], [j for j in jobs if j.queue == q], "[]", ttl_ms, dry=True)
         first = int(
-            self._run("seq_take", [self.keys.seq, self.keys.queues], [str(len(jobs)), *queues])
+            self.core.run_once(
+                "seq_take", [self.keys.seq, self.keys.queues], [str(len(jobs)), *queues]
+            )
         )
         out: list[Inserted | None] = [None] * len(jobs)
         created: dict[str, int] = {}
         for q in queues:
             positions = [i for i, j in enumerate(jobs) if j.queue == q]
             numbers = _dumps([first + i for i in positions])  # enqueue order across queues
-            reply = self._insert([q], [jobs[i] for i in positions], numbers, ttl_ms, dry=False)
+            reply = self._insert(
+                [q], [jobs[i] for i in positions], numbers, ttl_ms, dry=False, once=once
+            )
             created[q] = sum(c for _, c in reply)
             for i, (n, c) in zip(positions, reply, strict=True):
                 out[i] = Inserted(make_id(q, n), c)
-        self._wake_after(created)
+        self.core.wake_after(created)
         return [i for i in out if i is not None]
 
     def _insert(
-        self, queues: list[str], jobs: list[NewJob], numbers: str, ttl_ms: str, dry: bool
+        self,
+        queues: list[str],
+        jobs: list[NewJob],
+        numbers: str,
+        ttl_ms: str,
+        dry: bool,
+        once: bool = False,
     ) -> list[tuple[str, bool]]:
         group = {q: g for g, q in enumerate(queues, 1)}
         rows = [
@@ -280,11 +248,11 @@ class RedisBackend:
             ]
             for j in jobs
         ]
-        keys = self._group_keys(queues)
+        keys = self.core.group_keys(queues)
         if not numbers:  # one node: the global keys ride along
             keys += [self.keys.seq, self.keys.queues, *(self.keys.wake(q) for q in queues)]
         args = [
-            self._now(),
+            self.core.now(),
             _dumps(queues),
             numbers,
             "" if numbers else "1",
@@ -293,7 +261,8 @@ class RedisBackend:
             str(DEFAULT_MAX_ATTEMPTS),
             _dumps(rows),
         ]
-        reply = self._run("jobs_insert", keys, args)
+        run = self.core.run_once if once else self.core.run
+        reply = run("jobs_insert", keys, args)
         if reply[0] == "full":
             raise QueueFull(reply[1], int(reply[2]))
         if dry:
@@ -306,7 +275,7 @@ class RedisBackend:
         if parsed is None:
             return None
         queue, n = parsed
-        h = self._call(lambda: self.client.hgetall(self.keys.job(queue, n)))
+        h = self.core.call(lambda: self.client.hgetall(self.keys.job(queue, n)))
         return _record(queue, n, h) if h else None
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
@@ -316,9 +285,9 @@ class RedisBackend:
         if params.queue is not None:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
-            queues = self._known_queues()
+            queues = self.core.known_queues()
         found: list[JobRecord] = []
-        for names in self._slices(queues):
+        for names in self.core.slices(queues):
             one_call = len(names) == len(queues)
             offset, limit = (
                 (params.offset, params.limit) if one_call else (0, params.offset + params.limit)
@@ -330,7 +299,7 @@ class RedisBackend:
                 str(offset),
                 str(limit),
             ]
-            for row in self._run("jobs_list", self._group_keys(names), args):
+            for row in self.core.run("jobs_list", self.core.group_keys(names), args):
                 found.append(_record(names[int(row[0]) - 1], row[1], _pairs(row[2:])))
             if one_call:
                 return found
@@ -346,8 +315,8 @@ class RedisBackend:
     def jobs_cancel(self, job_id: str) -> JobRecord:
         """Pending -> cancelled."""
         queue, n = self._locate(job_id)
-        args = [self._now(), n, _ttl(self.settings.failed_ttl)]
-        reply = self._run("jobs_cancel", self.keys.queue(queue), args)
+        args = [self.core.now(), n, _ttl(self.settings.failed_ttl)]
+        reply = self.core.run_once("jobs_cancel", self.keys.queue(queue), args)
         if reply[0] == "missing":
             raise JobNotFound(job_id)
         if reply[0] == "status":
@@ -360,7 +329,8 @@ class RedisBackend:
         keys = self.keys.queue(queue)
         if not self.cluster:
             keys.append(self.keys.wake(queue))
-        reply = self._run("jobs_retry", keys, [self._now(), n, "" if self.cluster else "1"])
+        args = [self.core.now(), n, "" if self.cluster else "1"]
+        reply = self.core.run_once("jobs_retry", keys, args)
         if reply[0] == "missing":
             raise JobNotFound(job_id)
         if reply[0] == "status":
@@ -372,7 +342,7 @@ class RedisBackend:
         if reply[0] == "dup":
             raise DuplicateJob.key_held(job_id, make_id(queue, reply[1]))
         if self.cluster:
-            self._wake_after({queue: 1})
+            self.core.wake_after({queue: 1})
         return _record(queue, n, _pairs(reply[1:]))
 
     def jobs_purge(self, params: JobsPurgeParams) -> int:
@@ -382,14 +352,14 @@ class RedisBackend:
         if params.queue is not None:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
-            queues = self._known_queues()
-        now = self._now()  # one cutoff for every batch and queue
+            queues = self.core.known_queues()
+        now = self.core.now()  # one cutoff for every batch and queue
         total = 0
-        for names in self._slices(queues):
-            keys = self._group_keys(names)
+        for names in self.core.slices(queues):
+            keys = self.core.group_keys(names)
             args = [now, str(len(names)), repr(float(params.older_than)), str(PURGE_BATCH)]
             while True:
-                deleted = int(self._run("jobs_purge", keys, [*args, *params.statuses]))
+                deleted = int(self.core.run("jobs_purge", keys, [*args, *params.statuses]))
                 total += deleted
                 if deleted < PURGE_BATCH:
                     break
@@ -403,6 +373,10 @@ class RedisBackend:
         On Cluster with several queues each queue is a script of its own, so the claim first
         peeks at every queue's best candidates, then takes from each its share of the best
         ``limit``: the order holds across queues, though not atomically across them.
+
+        A claim is sent once: repeated after its reply was lost, it would take the next batch and
+        leave the first running unseen until its leases lapse. It raises instead, and the worker
+        claims again after its backoff (see ``_core.py``); the peek is a read, retried.
         """
         queues = list(dict.fromkeys(params.queues))
         if not queues or params.limit <= 0:
@@ -427,7 +401,7 @@ class RedisBackend:
 
     def _claim_call(self, queues: list[str], worker: str, limit: int, peek: bool) -> Any:
         args = [
-            self._now(),
+            self.core.now(),
             str(len(queues)),
             str(limit),
             worker,
@@ -435,7 +409,8 @@ class RedisBackend:
             "1" if peek else "",
             _ttl(self.settings.failed_ttl),
         ]
-        return self._run("jobs_claim", self._group_keys(queues), args)
+        run = self.core.run if peek else self.core.run_once
+        return run("jobs_claim", self.core.group_keys(queues), args)
 
     def _claim(self, queues: list[str], worker: str, limit: int) -> list[ClaimedJob]:
         r = self._claim_call(queues, worker, limit, peek=False)
@@ -480,14 +455,16 @@ class RedisBackend:
                 refused.add(pos)
             else:
                 by_queue[parsed[0]].append((pos, parsed[1]))
-        for names in self._slices(list(by_queue)):
+        for names in self.core.slices(list(by_queue)):
             order: list[int] = []
             items = []
             for g, q in enumerate(names, 1):
                 for pos, n in by_queue[q]:
                     order.append(pos)
                     items.append(item(g, n, pos))
-            reply = self._run(script, self._group_keys(names), [self._now(), *head, _dumps(items)])
+            reply = self.core.run(
+                script, self.core.group_keys(names), [self.core.now(), *head, _dumps(items)]
+            )
             refused.update(order[int(i) - 1] for i in reply)
         return [ids[pos] for pos in sorted(refused)]
 
@@ -521,7 +498,7 @@ class RedisBackend:
         try:
             return self.client.blpop(keys, timeout=block) is not None
         except TRANSIENT:
-            if self._closed:
+            if self.core.closed:
                 return False
             raise
 
@@ -541,12 +518,12 @@ class RedisBackend:
         """The watchdog: recover lapsed leases in every queue; also applies retention."""
         out: list[Reaped] = []
         left = params.limit
-        for names in self._slices(self._known_queues()):
-            keys = self._group_keys(names)
+        for names in self.core.slices(self.core.known_queues()):
+            keys = self.core.group_keys(names)
             if not self.cluster:
                 keys += [self.keys.wake(q) for q in names]
             args = [
-                self._now(),
+                self.core.now(),
                 str(len(names)),
                 str(max(left, 0)),
                 _ttl(self.settings.result_ttl),
@@ -555,7 +532,7 @@ class RedisBackend:
                 AT_MOST_ONCE_LOST_ERROR,
                 "" if self.cluster else "1",
             ]
-            reply = self._run("leases_reap", keys, args)
+            reply = self.core.run("leases_reap", keys, args)
             requeued: Counter[str] = Counter()
             for i in range(0, len(reply), 3):
                 queue = names[int(reply[i]) - 1]
@@ -563,30 +540,30 @@ class RedisBackend:
                 requeued[queue] += reply[i + 2] == "pending"
             left = params.limit - len(out)
             if self.cluster:
-                self._wake_after(dict(requeued))
+                self.core.wake_after(dict(requeued))
         return out
 
     # queues, workers, stats -------------------------------------------------------------------
 
     def queues_configure(self, config: QueueConfig) -> None:
         """Create or replace a queue's settings."""
-        _admin.queues_configure(self, config)
+        _admin.queues_configure(self.core, config)
 
     def queues_list(self) -> list[QueueConfig]:
         """Every configured queue, by name."""
-        return _admin.queues_list(self)
+        return _admin.queues_list(self.core)
 
     def workers_beat(self, params: WorkersBeatParams) -> None:
         """Register, refresh or remove a worker; forget the silent ones."""
-        _admin.workers_beat(self, params)
+        _admin.workers_beat(self.core, params)
 
     def workers_list(self) -> list[WorkerInfo]:
         """Registered workers, oldest first."""
-        return _admin.workers_list(self)
+        return _admin.workers_list(self.core)
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
-        return _admin.stats_get(self, params)
+        return _admin.stats_get(self.core, params)
 
     # time and recurring jobs --------------------------------------------------------------------
 
@@ -596,31 +573,27 @@ class RedisBackend:
 
     def clock_now(self) -> float:
         """The frozen clock's now, else Redis's ``TIME``."""
-        now = self.clock.now()
-        if now is not None:
-            return float(now)
-        secs, micros = self._call(lambda: self.client.time())
-        return int(secs) + int(micros) / 1_000_000
+        return self.core.clock_now()
 
     def schedules_sync(self, params: SchedulesSyncParams) -> None:
         """Store the app's schedules, keeping the next run of unchanged ones."""
-        _schedules.sync(self, params)
+        _schedules.sync(self.core, params)
 
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule, by name."""
-        return _schedules.list_all(self)
+        return _schedules.list_all(self.core)
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Move the schedule on and insert its job in one script, if the tick is still due."""
-        return _schedules.fire(self, params)
+        return _schedules.fire(self.core, params)
 
     def schedules_skip(self, params: SchedulesSkipParams) -> bool:
         """Drop ticks in one script, if the schedule still waits for ``fire_at``."""
-        return _schedules.skip(self, params)
+        return _schedules.skip(self.core, params)
 
     def schedules_pause(self, params: SchedulesPauseParams) -> bool:
         """Pause or resume a schedule in one script."""
-        return _schedules.pause(self, params)
+        return _schedules.pause(self.core, params)
 
     # foreign lists and streams (ForeignQueueBackend)
 
@@ -628,23 +601,19 @@ class RedisBackend:
         self, key: str, handler: Callable[[Any], Any], **options: Any
     ) -> consumers.ListConsumer:
         """A :class:`~.consumers.ListConsumer` of list ``key``, not started."""
-        return consumers.ListConsumer(self, key, handler, **options)
+        return consumers.ListConsumer(self.core, key, handler, **options)
 
     def consumer_stream(
         self, stream: str, handler: Callable[[Any], Any], **options: Any
     ) -> consumers.StreamConsumer:
         """A :class:`~.consumers.StreamConsumer` of ``stream``, not started."""
-        return consumers.StreamConsumer(self, stream, handler, **options)
+        return consumers.StreamConsumer(
+            self.core, stream, handler, insert=self.jobs_insert, **options
+        )
 
     def close(self) -> None:
         """Close the connection pools (safe to call twice)."""
-        self._closed = True
-        with self._lock:
-            clients = [self.client, self._binary]
-            self._binary = None
-        for client in clients:
-            if client is not None:
-                client.close()
+        self.core.close()
 
     def __repr__(self) -> str:
         return f"RedisBackend({self.url!r})"

@@ -42,7 +42,7 @@ from ..base import JobsInsertParams, NewJob
 from .keys import claims_key, dead_key, processing_key
 
 if TYPE_CHECKING:
-    from .backend import RedisBackend
+    from ._core import Core
 
 log = logging.getLogger("jobyard.redis.consumers")
 
@@ -79,10 +79,10 @@ class _Consumer:
 
     name = "consumer"
 
-    def __init__(self, backend: RedisBackend, block: float, sweep_interval: float) -> None:
+    def __init__(self, core: Core, block: float, sweep_interval: float) -> None:
         if block < 0:
             raise ConfigurationError("block must not be negative")
-        self.backend = backend
+        self.core = core
         self.block = block
         self.sweep_interval = sweep_interval
         self._stop = threading.Event()
@@ -142,7 +142,7 @@ class _Consumer:
                 delay = min(delay * 2, 5.0)
 
     def _now_ms(self) -> str:
-        now = self.backend.clock.now()
+        now = self.core.clock.now()
         return "" if now is None else str(int(now * 1000))
 
     def _check_start(self) -> None:
@@ -179,7 +179,7 @@ class ListConsumer(_Consumer):
 
     def __init__(
         self,
-        backend: RedisBackend,
+        core: Core,
         key: str,
         handler: Callable[[Any], Any],
         *,
@@ -220,17 +220,17 @@ class ListConsumer(_Consumer):
                     f"recovery_ttl ({recovery_ttl}s) must be longer than min_idle ({min_idle}s): "
                     "the recovery set would expire before its entries are recovered"
                 )
-            if backend.cluster:
+            if core.cluster:
                 self._check_slots()
         elif processing or recovery_zset or min_idle is not None or recovery_ttl is not None:
             raise ConfigurationError(
                 "processing, recovery_zset, min_idle and recovery_ttl are for reliable lists"
             )
         interval = min((min_idle or 4.0) / 4, 5.0) if sweep_interval is None else sweep_interval
-        super().__init__(backend, block, interval)
+        super().__init__(core, block, interval)
         self.name = f"jobyard-list-{key}"
-        self._client = backend.binary_client()
-        self._scripts = backend.scripts
+        self._client = core.client_for(binary=True)
+        self._scripts = core.scripts
 
     def _check_slots(self) -> None:
         keys = {"processing": self.processing, "recovery set": self.recovery, "dead": self.dead}
@@ -279,7 +279,8 @@ class ListConsumer(_Consumer):
         ]
         keys = [self.key, self.processing, self.recovery]
         script = self._scripts["list_recover"]
-        back: list[bytes] = self.backend.retrying(
+        # Safe to repeat: a repeat finds the entries it returned no longer idle.
+        back: list[bytes] = self.core.call(
             lambda: script(keys=keys, args=args, client=self._client)
         )
         for entry in back:
@@ -293,10 +294,8 @@ class ListConsumer(_Consumer):
         keys = [self.key, self.processing, self.recovery]
         ttl = "" if self.recovery_ttl is None else str(int(self.recovery_ttl * 1000))
         args = [self._now_ms(), self.pop, "1", ttl]
-        script = self._scripts["list_take"]
-        taken: list[bytes] = self.backend.retrying(
-            lambda: script(keys=keys, args=args, client=self._client)
-        )
+        # Sent once: a take whose reply was lost leaves its entry taken, back after min_idle.
+        taken: list[bytes] = self.core.run_once("list_take", keys, args, binary=True)
         if taken:
             return taken[0]
         if block <= 0:
@@ -305,24 +304,24 @@ class ListConsumer(_Consumer):
         # step; if this consumer stops before recording it, the watchdog dates it when it sees
         # it on the processing list without a record, so it still comes back.
         src = "RIGHT" if self.pop == "right" else "LEFT"
-        entry: bytes | None = self._client.blmove(self.key, self.processing, block, src, "LEFT")
+        once = self.core.client_for(binary=True, once=True)  # blocking takes are never repeated
+        entry: bytes | None = once.blmove(self.key, self.processing, block, src, "LEFT")
         if entry is not None:
             now = self._now_ms()
             score = int(now) if now else int(self._client.time()[0]) * 1000
-            self.backend.retrying(lambda: self._client.zadd(self.recovery, {entry: score}))
+            self.core.call(lambda: self._client.zadd(self.recovery, {entry: score}))
         return entry
 
     def _pop(self, block: float) -> bytes | None:
         if block <= 0:
-            popped: bytes | None = self.backend.retrying(
-                lambda: (
-                    self._client.rpop(self.key)
-                    if self.pop == "right"
-                    else self._client.lpop(self.key)
-                )
+            popped: bytes | None = self.core.call_once(
+                "list_pop",
+                lambda c: c.rpop(self.key) if self.pop == "right" else c.lpop(self.key),
+                binary=True,
             )
             return popped
-        fn = self._client.brpop if self.pop == "right" else self._client.blpop
+        once = self.core.client_for(binary=True, once=True)  # blocking pops are never repeated
+        fn = once.brpop if self.pop == "right" else once.blpop
         got = fn([self.key], timeout=block)
         return None if got is None else bytes(got[1])
 
@@ -356,11 +355,15 @@ class ListConsumer(_Consumer):
         else:
             self.retried += 1
         if not self.reliable:
+            # Pushes are sent once: a repeat after a lost reply would push the entry twice.
             if action == "requeue":
-                push = self._client.lpush if self.pop == "right" else self._client.rpush
-                self.backend.retrying(lambda: push(self.key, entry))
+                self.core.call_once(
+                    "list_requeue",
+                    lambda c: (c.lpush if self.pop == "right" else c.rpush)(self.key, entry),
+                    binary=True,
+                )
             elif action == "drop":
-                self.backend.retrying(lambda: self._client.rpush(self.dead, entry))
+                self.core.call_once("list_drop", lambda c: c.rpush(self.dead, entry), binary=True)
             return
         assert self.min_idle is not None
         hold = ""
@@ -369,9 +372,10 @@ class ListConsumer(_Consumer):
             now_ms = int(now) if now else int(self._client.time()[0]) * 1000
             hold = str(now_ms + int(delay * 1000) - int(self.min_idle * 1000))
         keys = [self.key, self.processing, self.recovery, self.dead]
-        script = self._scripts["list_settle"]
         args: list[bytes | str] = [entry, action, self.pop, hold]
-        still = self.backend.retrying(lambda: script(keys=keys, args=args, client=self._client))
+        # Sent once: with identical entries taken, a repeat would settle another one's copy. A
+        # settle whose reply was lost either ran or leaves the entry taken, back after min_idle.
+        still = self.core.run_once("list_settle", keys, args, binary=True)
         if not still:
             log.warning(
                 "list %s: the watchdog had returned the entry to the list before its handler "
@@ -397,14 +401,18 @@ class StreamConsumer(_Consumer):
 
     ``start_id``: where a new group starts reading, ``"0"`` (the stream's whole history,
     default: nothing written before the first start is lost) or ``"$"`` (new entries only).
+
+    ``insert``: how reply jobs reach the store (the backend's ``jobs_insert``), needed with
+    ``reply``.
     """
 
     def __init__(
         self,
-        backend: RedisBackend,
+        core: Core,
         stream: str,
         handler: Callable[[Any], Any],
         *,
+        insert: Callable[..., Any] | None = None,
         group: str | None = None,
         reply: Any = None,
         reply_ttl: float | None = None,
@@ -427,12 +435,14 @@ class StreamConsumer(_Consumer):
             getattr(getattr(reply, "opts", None), "new_job", None)
         ):
             raise ConfigurationError("reply must be a job function (registered with @app.job)")
+        if reply is not None and insert is None:
+            raise ConfigurationError("reply= needs insert=, the store's jobs_insert")
         if reply_ttl is not None and (reply is None or reply_ttl <= 0):
             raise ConfigurationError("reply_ttl needs reply= and a positive number of seconds")
         if count < 1:
             raise ConfigurationError("count must be at least 1")
         interval = min(min_idle / 4, 5.0) if sweep_interval is None else sweep_interval
-        super().__init__(backend, block, interval)
+        super().__init__(core, block, interval)
         self.stream = stream
         self.handler = handler
         self.group = group
@@ -445,14 +455,15 @@ class StreamConsumer(_Consumer):
         self.count = count
         self.dead = dead or dead_key(stream)
         self.name = f"jobyard-stream-{stream}"
-        self._client = backend.binary_client()
+        self._insert = insert
+        self._client = core.client_for(binary=True)
         self._group_ready = False
 
     def _check_start(self) -> None:
         if self._group_ready:
             return
         try:
-            self.backend.retrying(
+            self.core.call(  # a repeat is refused with BUSYGROUP, below
                 lambda: self._client.xgroup_create(
                     self.stream, self.group, id=self.start_id, mkstream=True
                 )
@@ -477,7 +488,8 @@ class StreamConsumer(_Consumer):
         handled = 0
         if sweep:
             handled += self.sweep()
-        read = self._client.xreadgroup(
+        once = self.core.client_for(binary=True, once=True)  # a lost read waits out min_idle
+        read = once.xreadgroup(
             self.group,
             self.consumer,
             {self.stream: ">"},
@@ -498,7 +510,13 @@ class StreamConsumer(_Consumer):
         cursor: Any = "0-0"
         while True:
             start = cursor
-            reply = self.backend.retrying(lambda: self._autoclaim(start))  # noqa: B023
+            # Sent once: a repeat after a lost reply would find the entries it took no longer
+            # idle, and they would wait out min_idle again.
+            reply = self.core.call_once(
+                "xautoclaim",
+                lambda c: self._autoclaim(c, start),  # noqa: B023 - called at once
+                binary=True,
+            )
             cursor, entries = reply[0], reply[1]
             for entry_id, fields in entries:
                 log.warning(
@@ -510,8 +528,8 @@ class StreamConsumer(_Consumer):
             if cursor in (b"0-0", "0-0") or not entries:
                 return handled
 
-    def _autoclaim(self, cursor: Any) -> Any:
-        return self._client.xautoclaim(
+    def _autoclaim(self, client: Any, cursor: Any) -> Any:
+        return client.xautoclaim(
             self.stream,
             self.group,
             self.consumer,
@@ -554,7 +572,8 @@ class StreamConsumer(_Consumer):
             except TypeError as exc:
                 self._drop(entry_id, fields, f"the reply is not JSON: {exc}")
                 return
-            self.backend.jobs_insert(JobsInsertParams([job]), queue_ttl=self.reply_ttl)
+            assert self._insert is not None
+            self._insert(JobsInsertParams([job]), queue_ttl=self.reply_ttl)
         self._ack(entry_id)
         self.acked += 1
 
@@ -568,7 +587,7 @@ class StreamConsumer(_Consumer):
         return replace(job, idempotency_key=key)
 
     def _ack(self, entry_id: bytes) -> None:
-        self.backend.retrying(lambda: self._client.xack(self.stream, self.group, entry_id))
+        self.core.call(lambda: self._client.xack(self.stream, self.group, entry_id))
 
     def _drop(self, entry_id: bytes, fields: dict[bytes, bytes], reason: str) -> None:
         record = json.dumps(
@@ -583,8 +602,9 @@ class StreamConsumer(_Consumer):
                 "reason": reason,
             }
         )
-        # dead list first, then XACK: a stop in between records the entry twice, never zero times
-        self.backend.retrying(lambda: self._client.rpush(self.dead, record))
+        # dead list first, then XACK: a stop in between records the entry twice, never zero times;
+        # the push is sent once (a lost reply leaves the entry pending, dropped again later)
+        self.core.call_once("stream_drop", lambda c: c.rpush(self.dead, record), binary=True)
         self._ack(entry_id)
         self.dropped += 1
         log.warning(
