@@ -27,7 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import log, percentile
 from bench.throughput import BACKENDS, counts, store
 
-METHODS = ("jobs_claim", "jobs_ack", "jobs_wait", "leases_renew", "leases_reap", "workers_beat")
+METHODS = (
+    "jobs_claim",
+    "jobs_ack",
+    "jobs_wait",
+    "leases_renew",
+    "leases_reap",
+    "jobs_expire",
+    "workers_beat",
+)
 
 
 class Trace:

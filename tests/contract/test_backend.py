@@ -13,6 +13,7 @@ from jobyard.backends.base import (
     Backend,
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -171,6 +172,30 @@ def test_renewal_keeps_a_lease_alive(backend: Backend, clock: jobyard.FrozenCloc
     ]
     rec = backend.jobs_get(job_id)
     assert rec is not None and rec.error == LEASE_LOST_ERROR and rec.attempts == 1
+
+
+def test_expiry_leaves_pending_running_and_kept_jobs_alone(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a pending, a running, a completed and a failed job (every store keeps finished jobs
+    # at least a day by default)
+    pending, running, done, dead = insert(backend, new(), new(), new(), new())
+    claimed = {c.id: c for c in claim(backend, 4)}
+    backend.jobs_ack(
+        JobsAckParams(
+            [
+                Outcome(done, claimed[done].token, "completed", result="1"),
+                Outcome(dead, claimed[dead].token, "failed", error="e"),
+                Outcome(pending, claimed[pending].token, "release"),
+            ]
+        )
+    )
+    clock.advance(3600)
+    # when the store applies its own retention
+    assert backend.jobs_expire(JobsExpireParams()) == 0
+    # then every job is still there, as it was
+    statuses = {j: r.status for j in (pending, running, done, dead) if (r := backend.jobs_get(j))}
+    assert statuses == {pending: "pending", running: "running", done: "completed", dead: "failed"}
 
 
 def test_reaper_fails_a_job_whose_attempts_are_spent(

@@ -21,6 +21,7 @@ from jobyard.backends.base import (
     PRIORITY_MIN,
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsWaitParams,
@@ -139,9 +140,13 @@ def test_completed_jobs_expire_and_failed_ones_are_kept(kind: str, clock: Frozen
         n_done, n_failed = (i.rsplit(":", 1)[1] for i in (done_id, failed_id))
         assert 3590 < backend.client.ttl(backend.keys.job("q", n_done)) <= 3600
         assert backend.client.ttl(backend.keys.job("q", n_failed)) == -1
-        # and once the hour has passed the watchdog prunes its index entries too
+        # and once the hour has passed, retention prunes its index entries too (the lease
+        # reaper does not: it recovers leases only)
         clock.advance(3601)
-        backend.leases_reap(LeasesReapParams())
+        assert backend.leases_reap(LeasesReapParams()) == []
+        (stats,) = backend.stats_get(StatsParams())
+        assert stats.counts["completed"] == 1
+        assert backend.jobs_expire(JobsExpireParams()) == 1
         assert backend.jobs_get(done_id) is None
         (stats,) = backend.stats_get(StatsParams())
         assert (stats.counts["completed"], stats.counts["failed"]) == (0, 1)
@@ -404,9 +409,9 @@ def test_a_queue_retention_overrides_the_store_default(kind: str, clock: FrozenC
         n_short, n_day = (i.rsplit(":", 1)[1] for i in (short_id, day_id))
         assert 50 < backend.client.ttl(backend.keys.job("brief", n_short)) <= 60
         assert 86390 < backend.client.ttl(backend.keys.job("q", n_day)) <= 86400
-        # and the watchdog prunes by it
+        # and retention prunes by it
         clock.advance(61)
-        backend.leases_reap(LeasesReapParams())
+        assert backend.jobs_expire(JobsExpireParams()) == 1
         assert backend.jobs_get(short_id) is None
         assert backend.jobs_get(day_id) is not None
         assert [q.retention for q in backend.queues_list()] == [60.0]

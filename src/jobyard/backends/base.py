@@ -270,6 +270,17 @@ class LeasesReapParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsExpireParams:
+    """Apply the retention a store keeps by itself, apart from any purge: drop finished jobs
+    past it, at most ``limit`` per queue and status per call (a backlog is caught up over a few
+    ticks). Redis keeps completed jobs ``?result_ttl=`` seconds (or the queue's own), failed
+    and cancelled ones ``?failed_ttl=`` (when set), and drops the pending jobs of a queue fed
+    with a time to live that lapsed. Stores that keep finished jobs until purged drop nothing."""
+
+    limit: int = 500
+
+
+@dataclass(frozen=True, slots=True)
 class Reaped:
     """A job the reaper moved, and where to."""
 
@@ -481,6 +492,11 @@ class Backend(Protocol):
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed: an attempt was spent on each."""
+        ...
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
+        dropped."""
         ...
 
     # queues, workers, stats

@@ -26,6 +26,7 @@ from .base import (
     JobRecord,
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -375,6 +376,11 @@ class MemoryBackend:
                 self._inserts += 1
                 self._lock.notify_all()
         return reaped
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``)."""
+        return 0
 
     # queues, workers, stats -------------------------------------------------------------------
 

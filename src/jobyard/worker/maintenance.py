@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ..backends.base import (
     Backend,
+    JobsExpireParams,
     JobsPurgeParams,
     LeasesReapParams,
     StatsParams,
@@ -110,6 +111,9 @@ class Maintenance:
         """One round of maintenance."""
         for job in self.backend.leases_reap(LeasesReapParams()):
             log.warning("job %s: lease lapsed (its worker is gone); now %s", job.id, job.status)
+        expired = self.backend.jobs_expire(JobsExpireParams())
+        if expired:
+            log.debug("retention: %d jobs expired", expired)
         if self.schedules:
             recurring.tick(self.backend)
         self._beats += 1

@@ -45,6 +45,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_ack",
     "leases_renew",
     "leases_reap",
+    "jobs_expire",
     "jobs_cancel",
     "jobs_retry",
     "jobs_list",

@@ -15,7 +15,8 @@ retries included). They are for:
   applied is refused as stale and changes nothing (the worker then hears "stale" for an outcome
   that was in fact recorded: logged, never redone);
 - writes that set a state whole or converge: queue settings, worker beats, schedule syncs, the
-  lease reaper and purges (a repeat finds less to do), wake tokens, ``XACK``, a consumer group;
+  lease reaper, retention and purges (a repeat finds less to do), wake tokens, ``XACK``, a
+  consumer group;
 - a schedule's tick or skip (a compare-and-set on its next run), its pause or resume, and an
   insert whose every job carries an idempotency key (a repeat finds the key held and returns the
   job, ``created`` false).

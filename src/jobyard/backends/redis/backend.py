@@ -52,6 +52,7 @@ from ..base import (
     JobRecord,
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -515,7 +516,7 @@ class RedisBackend:
         return self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """The watchdog: recover lapsed leases in every queue; also applies retention."""
+        """The watchdog: recover lapsed leases in every queue."""
         out: list[Reaped] = []
         left = params.limit
         for names in self.core.slices(self.core.known_queues()):
@@ -526,7 +527,6 @@ class RedisBackend:
                 self.core.now(),
                 str(len(names)),
                 str(max(left, 0)),
-                _ttl(self.settings.result_ttl),
                 _ttl(self.settings.failed_ttl),
                 LEASE_LOST_ERROR,
                 AT_MOST_ONCE_LOST_ERROR,
@@ -542,6 +542,24 @@ class RedisBackend:
             if self.cluster:
                 self.core.wake_after(dict(requeued))
         return out
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Retention: drop completed jobs older than ``result_ttl``, failed and cancelled ones
+        older than ``failed_ttl`` (when set), and the pending jobs of a lapsed queue (ttl).
+        The hashes expired by themselves; this clears their index entries."""
+        if params.limit <= 0:
+            return 0
+        dropped = 0
+        for names in self.core.slices(self.core.known_queues()):
+            args = [
+                self.core.now(),
+                str(len(names)),
+                _ttl(self.settings.result_ttl),
+                _ttl(self.settings.failed_ttl),
+                str(params.limit),
+            ]
+            dropped += int(self.core.run("jobs_expire", self.core.group_keys(names), args))
+        return dropped
 
     # queues, workers, stats -------------------------------------------------------------------
 

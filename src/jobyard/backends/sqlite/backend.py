@@ -50,6 +50,7 @@ from ..base import (
     JobRecord,
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -480,6 +481,11 @@ class SQLiteBackend:
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
         return [Reaped(str(r[0]), r[1]) for r in rows]
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``)."""
+        return 0
 
     # queues, workers, stats -------------------------------------------------------------------
 

@@ -1,48 +1,28 @@
 -- leases_reap.lua: the watchdog. Recover running jobs whose lease lapsed (their worker stopped
--- renewing it), and apply retention to finished jobs.
+-- renewing it). Retention is jobs_expire.lua's.
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[8] is "1" (a single
+-- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[7] is "1" (a single
 --       Redis node), one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit (recovered jobs, all groups)
---       [4] seconds a completed job is kept (0: forever) unless its queue's config sets a
---       retention   [5] seconds a failed or cancelled job
---       is kept (0: forever)   [6] the lease-lost error   [7] the at-most-once-lost error
---       [8] "1" = wake lists follow
+--       [4] seconds a failed job is kept (0: forever)   [5] the lease-lost error
+--       [6] the at-most-once-lost error   [7] "1" = wake lists follow
 -- Touches: per group the claims set and the recovered job hashes: back to pending (ready level,
 --          prios, pending; the attempt stays counted) or failed (at_most_once, or attempts
---          spent, or a corrupt record: see fault() in _lib.lua); finished jobs past retention are deleted with their index entries; a lapsed
---          queue (ttl) drops its pending jobs.
+--          spent, or a corrupt record: see fault() in _lib.lua).
 -- Returns: 3 strings per recovered job: group, number, new status.
 
 local now = now_from(ARGV[1])
 local ng = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
-local result_ttl = tonumber(ARGV[4])
-local failed_ttl = tonumber(ARGV[5])
-local lost_error = ARGV[6]
-local at_most_once_error = ARGV[7]
-local global = ARGV[8] == '1'
-local PRUNE = 500 -- per group and state per call: retention catches up over a few ticks
-
-local function prune(k, status, ttl)
-  if ttl <= 0 then
-    return
-  end
-  local old = redis.call('ZRANGEBYSCORE', k['done_' .. status], '-inf', now - ttl, 'LIMIT', 0, PRUNE)
-  for _, n in ipairs(old) do
-    redis.call('DEL', job_key(k, n))
-    from_finished(k, n, status)
-  end
-end
+local failed_ttl = tonumber(ARGV[4])
+local lost_error = ARGV[5]
+local at_most_once_error = ARGV[6]
+local global = ARGV[7] == '1'
 
 local out = {}
 local left = limit
 for g = 1, ng do
   local k = queue_keys(g)
-  lapse_if_due(k)
-  prune(k, 'completed', retention_of(k, result_ttl))
-  prune(k, 'failed', failed_ttl)
-  prune(k, 'cancelled', failed_ttl)
   local requeued = 0
   if left > 0 then
     -- "(" makes the bound exclusive: a lease expiring exactly now is still held
