@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -56,7 +57,8 @@ class App:
         self.clock: Clock = clock or SystemClock()
         self.registry: dict[str, JobFunction[Any, Any]] = {}
         self.consumers: list[Consumer] = []  # list and stream consumers started by workers
-        self.schedules: dict[str, Schedule] = {}
+        # Declared with schedule() or @app.cron, by name; stored_schedules() reads the store's.
+        self.declared_schedules: dict[str, Schedule] = {}
         self.hooks = Hooks()
         self._backend: Backend | None = None
         self._lock = threading.Lock()
@@ -409,7 +411,9 @@ class App:
         timezone: str = "UTC",
         catch_up: CatchUp = "latest",
     ) -> Schedule:
-        """Enqueue ``job(*args, **kwargs)`` at every tick of the cron expression ``cron``
+        """Declare a schedule (kept in :attr:`declared_schedules`; workers and
+        :meth:`sync_schedules` store it): enqueue ``job(*args, **kwargs)`` at every tick of the
+        cron expression ``cron``
         (5 fields, or 6 with seconds first), read in ``timezone`` (an IANA name), or every
         ``every`` seconds: exactly one of the two. Workers fire each tick exactly once;
         ``catch_up`` ("latest", "all" or "none") says what ticks missed while no worker ran
@@ -426,7 +430,7 @@ class App:
             raise TypeError(f"args must be a list or tuple of the job's arguments, not {args!r}")
         fn = self.by_name(job) if isinstance(job, str) else job
         sched_name = check_name("schedule", name or fn.name)
-        if sched_name in self.schedules:
+        if sched_name in self.declared_schedules:
             raise ConfigurationError(f"a schedule named {sched_name!r} exists already")
         fn.check_call(args, kwargs or {})
         sched = Schedule(
@@ -437,7 +441,7 @@ class App:
             timezone=timezone,
             catch_up=catch_up,
         )
-        self.schedules[sched_name] = sched
+        self.declared_schedules[sched_name] = sched
         return sched
 
     def cron(
@@ -494,17 +498,35 @@ class App:
 
     def _not_stored(self, name: str) -> str:
         hint = " (declared here: a worker or `jobyard cron APP --sync` stores it)"
-        return f"no stored schedule named {name!r}" + (hint if name in self.schedules else "")
+        return f"no stored schedule named {name!r}" + (
+            hint if name in self.declared_schedules else ""
+        )
 
     def sync_schedules(self) -> None:
-        """Store this app's schedules, deactivating stored ones it no longer has."""
+        """Store this app's declared schedules, deactivating stored ones it no longer has."""
         from .worker import recurring
 
-        recurring.sync(self.backend, self.schedules.values())
+        recurring.sync(self.backend, self.declared_schedules.values())
+
+    def stored_schedules(self) -> list[Schedule]:
+        """The schedules in the store (of every app version that synced), with their state and
+        next and last runs."""
+        return self.backend.schedules_list()
+
+    @property
+    def schedules(self) -> dict[str, Schedule]:
+        """Deprecated name of :attr:`declared_schedules`."""
+        warnings.warn(
+            "App.schedules is now App.declared_schedules", DeprecationWarning, stacklevel=2
+        )
+        return self.declared_schedules
 
     def scheduled(self) -> list[Schedule]:
-        """The schedules stored, with their next and last runs."""
-        return self.backend.schedules_list()
+        """Deprecated name of :meth:`stored_schedules`."""
+        warnings.warn(
+            "App.scheduled() is now App.stored_schedules()", DeprecationWarning, stacklevel=2
+        )
+        return self.stored_schedules()
 
     # consumers of foreign Redis lists and streams ------------------------------------------------
 
@@ -544,7 +566,7 @@ class App:
             queues,
             concurrency,
             hooks=self.hooks,
-            schedules=list(self.schedules.values()),
+            schedules=list(self.declared_schedules.values()),
             consumers=self.consumers,
             **options,
         )

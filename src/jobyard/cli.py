@@ -698,7 +698,7 @@ def cron(
         app.resume_schedule(name)
         if not as_json:
             click.echo(f"resumed {name}")
-    stored = app.scheduled()
+    stored = app.stored_schedules()
     if as_json:
         for sched in stored:
             click.echo(
@@ -719,7 +719,7 @@ def cron(
                 )
             )
         return
-    defined = set(app.schedules)
+    defined = set(app.declared_schedules)
     table = Table(title="schedules")
     columns = ("name", "ticks", "catch up", "job", "queue", "state", "next run", "last run")
     for column in (*columns, "in APP"):
@@ -738,7 +738,7 @@ def cron(
             "yes" if sched.name in defined else "no",
         )
     for name in sorted(defined - {s.name for s in stored}):
-        sched = app.schedules[name]
+        sched = app.declared_schedules[name]
         table.add_row(
             name,
             _ticks(sched),

@@ -34,7 +34,7 @@ def test_a_schedule_fires_once_per_tick(
 
     app.schedule("0 9 * * 1-5", report, ["daily"], name="daily-report")
     app.sync_schedules()
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert sched.next_run_at == pytest.approx(START + 30)
     assert recurring.tick(app.backend) == []
     frozen.advance(31)
@@ -43,7 +43,7 @@ def test_a_schedule_fires_once_per_tick(
     (job,) = testing.enqueued(app, "report")
     assert job.args == ("daily",) and job.queue == "reports"
     assert job.run_at.timestamp() == pytest.approx(START + 30)
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert sched.last_run_at == pytest.approx(START + 30)
     assert sched.next_run_at == pytest.approx(START + 30 + 86400)  # Tuesday 09:00
 
@@ -65,7 +65,7 @@ def test_a_fired_job_carries_the_tick_key_unless_its_job_has_one(
     assert sorted(recurring.tick(app.backend)) == ["daily-report", "w"]
 
     keys = {job.args[0]: job.idempotency_key for job in testing.enqueued(app, "report")}
-    (sched,) = [s for s in app.scheduled() if s.name == "daily-report"]
+    (sched,) = [s for s in app.stored_schedules() if s.name == "daily-report"]
     assert keys == {"daily": f"cron:daily-report:{sched.last_run_at!r}", "weekly": "weekly"}
 
 
@@ -109,17 +109,17 @@ def test_resync_keeps_the_next_run_and_a_changed_schedule_restarts(
 
     app.schedule("*/5 * * * *", ping, name="p")
     app.sync_schedules()
-    first = app.scheduled()[0].next_run_at
+    first = app.stored_schedules()[0].next_run_at
     frozen.advance(60)
     app.sync_schedules()  # a worker restart
-    assert app.scheduled()[0].next_run_at == first
+    assert app.stored_schedules()[0].next_run_at == first
     stale = SchedulesFireParams("p", (first or 0) - 300, first or 0)
     assert app.backend.schedules_fire(stale) is None  # not the stored tick: refused
 
     other = make_app(frozen)
     other.schedule("0 * * * *", ping, name="p")
     other.sync_schedules()
-    (sched,) = other.scheduled()
+    (sched,) = other.stored_schedules()
     assert sched.cron == "0 * * * *" and sched.next_run_at != first
 
 
@@ -135,7 +135,7 @@ def test_removed_schedules_are_deactivated(
     app.schedule("* * * * *", ping, name="gone")
     app.sync_schedules()
     make_app(frozen).sync_schedules()  # an app version without schedules
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert not sched.active
     frozen.advance(120)
     assert recurring.tick(app.backend) == []
@@ -156,7 +156,7 @@ def test_missed_ticks_fire_once(
     assert recurring.tick(app.backend) == ["ping"]
     assert recurring.tick(app.backend) == []
     assert len(testing.enqueued(app, "ping")) == 1
-    assert app.scheduled()[0].next_run_at == pytest.approx(START + 30 + 3600)
+    assert app.stored_schedules()[0].next_run_at == pytest.approx(START + 30 + 3600)
 
 
 def test_workers_fire_schedules(make_app: Callable[..., jobyard.App]) -> None:
@@ -189,7 +189,7 @@ def test_bad_cron_expressions_are_refused(
 
     with pytest.raises(jobyard.ConfigurationError, match="invalid cron expression"):
         app.schedule(expression, ping)
-    assert app.schedules == {}
+    assert app.declared_schedules == {}
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -226,3 +226,25 @@ def test_schedule_arguments_never_collide_with_its_name(
     (job,) = testing.enqueued(app, "greet")
     assert job.kwargs == {"name": "bob"}
     assert app.enqueue("greet", name="ann").created  # a job argument called name
+
+
+def test_declared_and_stored_schedules_are_told_apart_and_the_old_names_still_answer(
+    make_app: Callable[..., jobyard.App], frozen: jobyard.FrozenClock
+) -> None:
+    # given a declared schedule, not yet stored
+    app = make_app(frozen)
+
+    @app.job
+    def ping() -> None:
+        return None
+
+    app.schedule("* * * * *", ping)
+    assert list(app.declared_schedules) == ["ping"] and app.stored_schedules() == []
+    # when it is stored
+    app.sync_schedules()
+    assert [s.name for s in app.stored_schedules()] == ["ping"]
+    # then the former names answer the same, with a deprecation warning
+    with pytest.deprecated_call():
+        assert app.schedules is app.declared_schedules
+    with pytest.deprecated_call():
+        assert app.scheduled() == app.stored_schedules()

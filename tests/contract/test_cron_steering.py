@@ -64,9 +64,9 @@ def test_cron_stacks_on_job_and_ticks_in_its_timezone(
 
     # the decorator hands back the job function itself
     assert isinstance(remind, jobyard.JobFunction) and app.registry["remind"] is remind
-    assert app.schedules["standup"].timezone == "Europe/Berlin"
+    assert app.declared_schedules["standup"].timezone == "Europe/Berlin"
     app.sync_schedules()
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     # Friday 10:00 UTC is past 09:00 in Berlin: next is Monday, after the spring change (CEST)
     assert local(sched.next_run_at) == "03-29 09:00+0200"
     assert sched.next_run_at == datetime(2027, 3, 29, 7, 0, tzinfo=UTC).timestamp()
@@ -74,7 +74,7 @@ def test_cron_stacks_on_job_and_ticks_in_its_timezone(
     assert tick(app) == ["standup"]
     (job,) = testing.enqueued(app, "remind")
     assert job.kwargs == {"room": "b"} and job.queue == "reports"
-    assert local(app.scheduled()[0].next_run_at) == "03-30 09:00+0200"
+    assert local(app.stored_schedules()[0].next_run_at) == "03-30 09:00+0200"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_bad_schedules_are_refused_when_declared(
     expression = options.pop("expression", None)
     with pytest.raises(jobyard.ConfigurationError, match=message):
         app.schedule(expression, ping, **options)  # type: ignore[arg-type]
-    assert app.schedules == {}
+    assert app.declared_schedules == {}
 
 
 def test_cron_below_job_is_refused(make_app: Callable[..., jobyard.App]) -> None:
@@ -232,7 +232,7 @@ def test_every_fires_below_a_minute_on_its_grid(make_app: Callable[..., jobyard.
         return None
 
     app.sync_schedules()
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert (sched.cron, sched.every) == (None, 15.0)
     assert sched.next_run_at == START + 15  # ticks sit on multiples of 15 s since the epoch
     assert tick(app) == []
@@ -255,7 +255,7 @@ def test_a_worker_fires_an_every_second_schedule(make_app: Callable[..., jobyard
 
     with running_worker(app, concurrency=1, reap_interval=0.2):
         wait_until(lambda: len(runs) >= 3, timeout=20, what="three ticks of every=1")
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert sched.last_run_at is not None and sched.last_run_at == int(sched.last_run_at)
 
 
@@ -291,7 +291,7 @@ def test_missed_ticks_follow_the_catch_up_policy(
     assert sorted(j.idempotency_key or "" for j in jobs) == sorted(
         f"cron:ping:{t!r}" for t in ticks
     )
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert sched.next_run_at == START + 30 + 600  # 09:10, the first tick after now
     assert sched.last_run_at == (ticks[-1] if ticks else None)
     # and the schedule goes on as usual
@@ -318,7 +318,7 @@ def test_catch_up_all_is_bounded(
     assert tick(app) == []
     ticks = sorted(j.run_at.timestamp() for j in testing.enqueued(app, "ping"))
     assert ticks == [START + 1 + n for n in range(cron.CATCH_UP_MAX)]  # the first ones
-    assert app.scheduled()[0].next_run_at == START + 3601
+    assert app.stored_schedules()[0].next_run_at == START + 3601
 
 
 def test_catch_up_none_still_fires_a_tick_on_time(make_app: Callable[..., jobyard.App]) -> None:
@@ -354,34 +354,34 @@ def test_a_pause_survives_restarts_and_deploys(make_app: Callable[..., jobyard.A
     app = pinging(make_app(frozen), "* * * * *")
     app.sync_schedules()
     app.pause_schedule("ping")
-    assert app.scheduled()[0].paused
+    assert app.stored_schedules()[0].paused
 
     # a restart (a new App syncing the same schedules), then a deploy that changes the schedule
     restarted = pinging(make_app(frozen), "* * * * *")
     restarted.sync_schedules()
-    (sched,) = restarted.scheduled()
+    (sched,) = restarted.stored_schedules()
     assert sched.paused and sched.next_run_at == START + 30  # unchanged: kept its progress
     moved = pinging(make_app(frozen), "* * * * *", queue="elsewhere")  # on Redis: another slot
     moved.sync_schedules()
-    (sched,) = moved.scheduled()
+    (sched,) = moved.stored_schedules()
     assert sched.paused and sched.job.queue == "elsewhere"
     deployed = pinging(make_app(frozen), "*/2 * * * *")
     deployed.sync_schedules()
-    (sched,) = deployed.scheduled()
+    (sched,) = deployed.stored_schedules()
     assert sched.paused and sched.cron == "*/2 * * * *"
     frozen.advance(600)
     assert tick(deployed) == []  # paused: nothing fires, whoever ticks
 
     # resuming starts at the next tick: the ten minutes paused are not caught up
     deployed.resume_schedule("ping")
-    (sched,) = deployed.scheduled()
+    (sched,) = deployed.stored_schedules()
     assert not sched.paused and sched.next_run_at == START + 30 + 600
     assert tick(deployed) == []
     frozen.advance(60)
     assert tick(deployed) == ["ping"]
     assert len(testing.enqueued(app, "ping")) == 1
     deployed.resume_schedule("ping")  # resuming what runs changes nothing
-    assert deployed.scheduled()[0].next_run_at == START + 30 + 720
+    assert deployed.stored_schedules()[0].next_run_at == START + 30 + 720
 
 
 def test_a_worker_starting_keeps_a_paused_schedule_paused(
@@ -399,7 +399,7 @@ def test_a_worker_starting_keeps_a_paused_schedule_paused(
     app.pause_schedule("each-second")
     with running_worker(app, concurrency=1, reap_interval=0.1) as worker:
         wait_until(lambda: worker.id in {w.id for w in app.workers()}, what="worker registered")
-        assert app.scheduled()[0].paused
+        assert app.stored_schedules()[0].paused
         assert not ran.wait(1.5)  # a second and a half of ticks, none fired
         app.resume_schedule("each-second")
         assert ran.wait(10)
@@ -430,12 +430,12 @@ def test_a_skip_is_a_compare_and_set_too(make_app: Callable[..., jobyard.App]) -
     app.pause_schedule("ping")
     assert not backend.schedules_skip(SchedulesSkipParams("ping", tick_at, tick_at + 60))
     assert backend.schedules_fire(SchedulesFireParams("ping", tick_at, tick_at + 60)) is None
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert sched.next_run_at == tick_at
     app.resume_schedule("ping")  # resumes at the same next tick: the clock has not moved
     assert backend.schedules_skip(SchedulesSkipParams("ping", tick_at, tick_at + 120))
     assert not backend.schedules_skip(SchedulesSkipParams("ping", tick_at, tick_at + 120))
-    (sched,) = app.scheduled()
+    (sched,) = app.stored_schedules()
     assert (sched.next_run_at, sched.last_run_at) == (tick_at + 120, None)
     assert testing.enqueued(app, "ping") == []
 
@@ -454,7 +454,7 @@ def test_resync_restarts_a_schedule_only_when_its_ticks_change(
             return None
 
         app.sync_schedules()
-        (sched,) = app.scheduled()
+        (sched,) = app.stored_schedules()
         return sched
 
     first = deploy()
