@@ -19,6 +19,7 @@ from .backends.base import (
     CatchUp,
     Consumer,
     Delivery,
+    JobsCancelParams,
     JobsListParams,
     JobsPurgeParams,
     QueueConfig,
@@ -251,10 +252,16 @@ class App:
         )
         return [Job.from_record(r) for r in self.backend.jobs_list(params)]
 
-    def cancel(self, job_id: str) -> Job:
-        """Cancel a pending job (a running job cannot be cancelled)."""
+    def cancel(self, job_id: str, *, by: str | None = None) -> Job:
+        """Cancel a job. A pending job is cancelled at once. A running one gets a cancellation
+        request, which its worker learns at its next lease renewal: an async handler is
+        cancelled, a sync handler sees ``current_job().cancel_requested`` and may stop, and
+        the job ends ``cancelled``. A handler that ignores the request finishes, and its
+        outcome stands. ``by`` (free text) is recorded with the time as who asked; a repeated
+        request keeps the first. A finished job raises InvalidTransition."""
+        params = JobsCancelParams(str(job_id), by)
         try:
-            return Job.from_record(self.backend.jobs_cancel(str(job_id)))
+            return Job.from_record(self.backend.jobs_cancel(params))
         except JobNotFound as exc:
             raise self._with_hint(exc) from None
 
@@ -291,7 +298,7 @@ class App:
             for job in batch:
                 tried.add(job.id)
                 try:
-                    self.backend.jobs_cancel(job.id)
+                    self.backend.jobs_cancel(JobsCancelParams(job.id, pending_only=True))
                 except (InvalidTransition, JobNotFound):
                     continue  # claimed (or purged) meanwhile
                 done.append(job.id)

@@ -561,12 +561,20 @@ def retry(app_ref: str, job_id: str) -> None:
 @click.option("--queue", default=None, help="Cancel every pending job of this queue.")
 @click.option("--name", default=None, help="Cancel every pending job of this name.")
 @click.option("--dry-run", is_flag=True, help="Print what would be cancelled; change nothing.")
+@click.option("--by", default=None, help="Who asks (recorded with the job; free text).")
 def cancel(
-    app_ref: str, job_id: str | None, queue: str | None, name: str | None, dry_run: bool
+    app_ref: str,
+    job_id: str | None,
+    queue: str | None,
+    name: str | None,
+    dry_run: bool,
+    by: str | None,
 ) -> None:
     """Cancel job ID, or every pending job of --queue and/or --name.
 
-    A cancelled job stays visible and can be re-driven with 'jobyard retry'."""
+    A running job ID gets a cancellation request: its worker stops it at its next lease
+    renewal (a sync handler only if it looks at current_job().cancel_requested). A cancelled
+    job stays visible and can be re-driven with 'jobyard retry'."""
     if job_id is not None and (queue or name):
         raise click.UsageError("give a job ID or --queue/--name, not both")
     if job_id is None and not (queue or name):
@@ -577,8 +585,11 @@ def cancel(
             job = app.get(job_id)
             click.echo(f"job {job.id} is {job.status}; nothing changed (--dry-run)")
             return
-        job = app.cancel(job_id)
-        click.echo(f"job {job.id} is {job.status}")
+        job = app.cancel(job_id, by=by)
+        if job.status == "running":
+            click.echo(f"job {job.id} is running: cancellation requested")
+        else:
+            click.echo(f"job {job.id} is {job.status}")
         return
     ids = app.cancel_pending(queue=queue, name=name, dry_run=dry_run)
     for found in ids:

@@ -51,14 +51,14 @@ class JobNotFound(JobyardError, KeyError):
 
 
 class InvalidTransition(JobyardError):
-    """The job is not in a state that allows the requested change (cancel a running job...).
+    """The job is not in a state that allows the requested change (cancel a finished job...).
 
     Every store refuses a move with the same words: build it with the constructors below."""
 
     @classmethod
     def cannot_cancel(cls, job_id: str, status: str) -> InvalidTransition:
-        """``cancel(job_id)`` refused: only a pending job can be cancelled."""
-        return cls(f"job {job_id} is {status}: only pending jobs can be cancelled")
+        """``cancel(job_id)`` refused: a finished job cannot be cancelled."""
+        return cls(f"job {job_id} is {status}: only pending or running jobs can be cancelled")
 
     @classmethod
     def cannot_retry(cls, job_id: str, status: str) -> InvalidTransition:

@@ -20,8 +20,8 @@ log = logging.getLogger("jobyard.hooks")
 # completed: the handler returned. retry: it failed and will run again. failed: it ended in the
 # dead letter before its attempts were spent (Drop, at_most_once, a corrupt record). dead: it
 # ended in the dead letter after its last attempt. released: a graceful shutdown gave it back
-# to pending, its attempt uncounted.
-JobOutcome = Literal["completed", "retry", "failed", "dead", "released"]
+# to pending, its attempt uncounted. cancelled: it stopped on a cancellation request.
+JobOutcome = Literal["completed", "retry", "failed", "dead", "released", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)

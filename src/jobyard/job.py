@@ -85,6 +85,13 @@ class Job:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     delivery: str = "at_least_once"
+    # When a cancellation was asked (at once for a pending job; a request the worker honours
+    # for a running one) and by whom (``app.cancel(id, by=...)``).
+    cancel_requested_at: datetime | None = None
+    cancelled_by: str | None = None
+    # The handler's latest ``current_job().progress(fraction, note)``.
+    progress: float | None = None
+    progress_note: str | None = None
 
     @classmethod
     def from_record(cls, rec: JobRecord) -> Job:
@@ -127,6 +134,10 @@ class Job:
             args=args,
             kwargs=kwargs,
             delivery=rec.delivery,
+            cancel_requested_at=to_datetime(rec.cancel_requested_at),
+            cancelled_by=rec.cancelled_by,
+            progress=rec.progress,
+            progress_note=rec.progress_note,
         )
 
 

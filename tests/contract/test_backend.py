@@ -12,6 +12,7 @@ from jobyard.backends.base import (
     LEASE_LOST_ERROR,
     Backend,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
@@ -22,6 +23,7 @@ from jobyard.backends.base import (
     LeasesRenewParams,
     NewJob,
     Outcome,
+    Progress,
     QueueConfig,
     StatsParams,
     WorkerInfo,
@@ -144,8 +146,8 @@ def test_stale_token_is_refused_everywhere(backend: Backend, clock: jobyard.Froz
     (second,) = claim(backend, worker="w2")
     stale = Outcome(first.id, first.token, "completed", result='"first"')
     assert backend.jobs_ack(JobsAckParams([stale])) == [job_id]
-    assert backend.leases_renew(LeasesRenewParams("w1", [(first.id, first.token)])) == [job_id]
-    assert backend.leases_renew(LeasesRenewParams("w2", [(second.id, second.token)])) == []
+    assert backend.leases_renew(LeasesRenewParams("w1", [(first.id, first.token)])).lost == [job_id]
+    assert backend.leases_renew(LeasesRenewParams("w2", [(second.id, second.token)])).lost == []
     fresh = Outcome(second.id, second.token, "completed", result='"second"')
     assert backend.jobs_ack(JobsAckParams([fresh])) == []
     rec = backend.jobs_get(job_id)
@@ -164,7 +166,7 @@ def test_renewal_keeps_a_lease_alive(backend: Backend, clock: jobyard.FrozenCloc
     (c,) = claim(backend)
     for _ in range(4):
         clock.advance(3)
-        assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])) == []
+        assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])).lost == []
         assert backend.leases_reap(LeasesReapParams()) == []
     clock.advance(5.5)
     assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
@@ -294,15 +296,15 @@ def test_paused_queue_is_not_claimed(backend: Backend) -> None:
 
 def test_cancel_and_retry(backend: Backend) -> None:
     a, b = insert(backend, new(idempotency_key="x"), new())
-    assert backend.jobs_cancel(a).status == "cancelled"
+    assert backend.jobs_cancel(JobsCancelParams(a)).status == "cancelled"
     with pytest.raises(jobyard.InvalidTransition):
-        backend.jobs_cancel(a)
+        backend.jobs_cancel(JobsCancelParams(a))
     with pytest.raises(jobyard.JobNotFound):
-        backend.jobs_cancel("424242")
+        backend.jobs_cancel(JobsCancelParams("424242"))
     (c,) = claim(backend)
     assert c.id == b
     with pytest.raises(jobyard.InvalidTransition):
-        backend.jobs_cancel(b)  # running jobs are not cancelled
+        backend.jobs_cancel(JobsCancelParams(b, pending_only=True))  # cancel_pending's move
     with pytest.raises(jobyard.InvalidTransition):
         backend.jobs_retry(b)
     backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "failed", error="e")]))
@@ -311,7 +313,7 @@ def test_cancel_and_retry(backend: Backend) -> None:
     holder = insert(backend, new(idempotency_key="x"))[0]  # a's key is free once cancelled
     with pytest.raises(jobyard.DuplicateJob):
         backend.jobs_retry(a)
-    backend.jobs_cancel(holder)
+    backend.jobs_cancel(JobsCancelParams(holder))
     assert backend.jobs_retry(a).status == "pending"
 
 
@@ -432,3 +434,108 @@ def test_corrupt_payload_is_stored_as_given(backend: Backend) -> None:
     (c,) = claim(backend)
     assert c.payload == "{not json"
     assert backend.jobs_get(job_id) is not None
+
+
+# cancelling a running job, and progress -------------------------------------------------------
+
+
+def test_a_cancel_request_reaches_the_renewal_and_the_job_ends_cancelled(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a running job and another beside it
+    a, b = insert(backend, new(), new())
+    held = {c.id: c for c in claim(backend)}
+    clock.advance(2)
+    # when someone asks to cancel the first
+    asked = backend.jobs_cancel(JobsCancelParams(a, by="alice"))
+    # then it still runs, with the request recorded, and only its renewal reports it
+    assert (asked.status, asked.cancelled_by, asked.finished_at) == ("running", "alice", None)
+    assert asked.cancel_requested_at == pytest.approx(clock.now(), abs=0.01)
+    pairs = [(a, held[a].token), (b, held[b].token)]
+    renewed = backend.leases_renew(LeasesRenewParams("w1", pairs))
+    assert (renewed.lost, renewed.cancel_requested) == ([], [a])
+    # and the worker's "cancelled" outcome finishes it, keeping who asked and when
+    out = Outcome(a, held[a].token, "cancelled", error="cancelled on request: stopped")
+    assert backend.jobs_ack(JobsAckParams([out])) == []
+    rec = backend.jobs_get(a)
+    assert rec is not None
+    assert (rec.status, rec.cancelled_by, rec.error) == (
+        "cancelled",
+        "alice",
+        "cancelled on request: stopped",
+    )
+    assert rec.cancel_requested_at == asked.cancel_requested_at
+    assert rec.finished_at == pytest.approx(clock.now(), abs=0.01)
+    with pytest.raises(jobyard.InvalidTransition):
+        backend.jobs_cancel(JobsCancelParams(a))
+    # a re-drive forgets the request: the job runs again in full
+    redriven = backend.jobs_retry(a)
+    assert (redriven.cancel_requested_at, redriven.cancelled_by) == (None, None)
+
+
+def test_a_pending_job_cancelled_at_once_records_who_and_when(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    (job_id,) = insert(backend, new())
+    rec = backend.jobs_cancel(JobsCancelParams(job_id, by="cron cleanup"))
+    assert (rec.status, rec.cancelled_by) == ("cancelled", "cron cleanup")
+    assert rec.cancel_requested_at == rec.finished_at == pytest.approx(clock.now(), abs=0.01)
+
+
+def test_a_stale_worker_cannot_settle_or_report_through_the_cancel_path(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a job whose first worker stalled past its lease, now run again under a new token
+    (job_id,) = insert(backend, new(lease=5))
+    (first,) = claim(backend)
+    clock.advance(6)
+    backend.leases_reap(LeasesReapParams())
+    (second,) = claim(backend, worker="w2")
+    backend.jobs_cancel(JobsCancelParams(job_id, by="bob"))
+    # when the stalled worker renews with progress, and acks "cancelled", on its old token
+    stale = backend.leases_renew(
+        LeasesRenewParams("w1", [(job_id, first.token)], [Progress(job_id, 0.9, "stale")])
+    )
+    refused = backend.jobs_ack(JobsAckParams([Outcome(job_id, first.token, "cancelled")]))
+    # then both are refused: no progress, no cancel report, the new attempt still runs
+    assert (stale.lost, stale.cancel_requested, refused) == ([job_id], [], [job_id])
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert (rec.status, rec.progress, rec.progress_note) == ("running", None, None)
+    # and the current worker's token does both
+    fresh = backend.leases_renew(
+        LeasesRenewParams("w2", [(job_id, second.token)], [Progress(job_id, 0.5, "half")])
+    )
+    assert (fresh.lost, fresh.cancel_requested) == ([], [job_id])
+    done = backend.jobs_ack(JobsAckParams([Outcome(job_id, second.token, "cancelled")]))
+    assert done == []
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert (rec.status, rec.progress, rec.progress_note) == ("cancelled", 0.5, "half")
+
+
+def test_progress_rides_on_the_renewal_of_its_own_job(backend: Backend) -> None:
+    a, b = insert(backend, new(), new())
+    held = {c.id: c for c in claim(backend)}
+    pairs = [(a, held[a].token), (b, held[b].token)]
+    # the first beat carries a's progress; b reports none
+    backend.leases_renew(LeasesRenewParams("w1", pairs, [Progress(a, 0.25, "1 of 4")]))
+    # the next one moves a on and clears its note; a beat without progress keeps the last
+    backend.leases_renew(LeasesRenewParams("w1", pairs, [Progress(a, 1.0)]))
+    backend.leases_renew(LeasesRenewParams("w1", pairs))
+    ra, rb = backend.jobs_get(a), backend.jobs_get(b)
+    assert ra is not None and rb is not None
+    assert (ra.progress, ra.progress_note) == (1.0, None)
+    assert (rb.progress, rb.progress_note) == (None, None)
+    backend.leases_renew(LeasesRenewParams("w1", pairs, [Progress(b, 0.0, "é" * 200)]))
+    rb = backend.jobs_get(b)
+    assert rb is not None and (rb.progress, rb.progress_note) == (0.0, "é" * 200)
+
+
+@pytest.mark.parametrize(
+    ("fraction", "note"),
+    [(1.5, None), (-0.1, None), (float("nan"), None), (True, None), (0.5, "x" * 201)],
+)
+def test_progress_out_of_bounds_is_refused(fraction: object, note: object) -> None:
+    with pytest.raises(jobyard.ConfigurationError):
+        Progress("1", fraction, note)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from jobyard.backends.base import (
     STATUSES,
     Backend,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
     JobsListParams,
@@ -83,8 +84,15 @@ def test_counts_stay_exact_through_every_move(backend: Backend, clock: jobyard.F
     check(backend)
 
     # cancelled, then re-driven from cancelled and from failed
-    backend.jobs_cancel(a[-1])
+    backend.jobs_cancel(JobsCancelParams(a[-1]))
     check(backend)
+    # a running job asked to cancel stays running (counted once), then ends cancelled
+    (asked,) = backend.jobs_claim(JobsClaimParams("w1", ["a"], 1))
+    backend.jobs_cancel(JobsCancelParams(asked.id))
+    check(backend)
+    ack(backend, (asked, "cancelled"))
+    check(backend)
+    backend.jobs_retry(asked.id)
     backend.jobs_retry(a[-1])
     backend.jobs_retry(jobs[1].id)
     check(backend)
@@ -159,7 +167,7 @@ def test_failed_and_cancelled_jobs_list_by_status_newest_first(backend: Backend)
     # given failed, cancelled and completed jobs, interleaved
     ids = [i.id for i in backend.jobs_insert(JobsInsertParams([new("a") for _ in range(9)]))]
     for job_id in ids[1::3]:
-        backend.jobs_cancel(job_id)
+        backend.jobs_cancel(JobsCancelParams(job_id))
     jobs = backend.jobs_claim(JobsClaimParams("w1", ["a"], 10))
     ack(backend, *((j, "failed" if j.id in ids[0::3] else "completed") for j in jobs))
 

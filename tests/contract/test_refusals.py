@@ -35,14 +35,18 @@ def claim(app: jobyard.App) -> str:
     return job.token
 
 
-def test_cancelling_a_running_job_is_refused(app: jobyard.App, work: jobyard.JobFunction) -> None:
+def test_cancelling_a_running_job_records_a_request(
+    app: jobyard.App, work: jobyard.JobFunction
+) -> None:
     job_id = work.enqueue().id
     claim(app)
 
-    with pytest.raises(jobyard.InvalidTransition) as refused:
-        app.cancel(job_id)
+    asked = app.cancel(job_id, by="ops")
+    again = app.cancel(job_id, by="someone else")  # the first request stands
 
-    assert str(refused.value) == f"job {job_id} is running: only pending jobs can be cancelled"
+    assert (asked.status, asked.cancelled_by) == ("running", "ops")
+    assert asked.cancel_requested_at is not None
+    assert (again.cancelled_by, again.cancel_requested_at) == ("ops", asked.cancel_requested_at)
     assert app.get(job_id).status == "running"
 
 
@@ -53,7 +57,9 @@ def test_cancelling_a_finished_job_is_refused(app: jobyard.App, work: jobyard.Jo
     with pytest.raises(jobyard.InvalidTransition) as refused:
         app.cancel(job_id)
 
-    assert str(refused.value) == f"job {job_id} is cancelled: only pending jobs can be cancelled"
+    assert str(refused.value) == (
+        f"job {job_id} is cancelled: only pending or running jobs can be cancelled"
+    )
 
 
 @pytest.mark.parametrize("status", ["pending", "running"])
@@ -102,7 +108,7 @@ def test_a_stale_token_settles_nothing(app: jobyard.App, work: jobyard.JobFuncti
     claim(app)
     stale = "0" * 32
 
-    lost = app.backend.leases_renew(LeasesRenewParams("w", [(job_id, stale)]))
+    lost = app.backend.leases_renew(LeasesRenewParams("w", [(job_id, stale)])).lost
     refused = app.backend.jobs_ack(JobsAckParams([Outcome(job_id, stale, "completed", "1")]))
 
     assert (lost, refused) == ([job_id], [job_id])

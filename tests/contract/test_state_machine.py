@@ -1,6 +1,7 @@
 """A hypothesis state machine of the lifecycle, run against every backend and checked against a
 plain Python model after every step: enqueue, claim, heartbeat, ack (complete / retry / fail /
-release, with live or stale tokens), lease lapse, cancel, retry and clock advance."""
+cancelled / release, with live or stale tokens), lease lapse, cancel (a pending job at once, a
+running one by a request the heartbeat reports), retry and clock advance."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from hypothesis.stateful import (
 import jobyard
 from jobyard.backends.base import (
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
     LeasesReapParams,
@@ -50,6 +52,7 @@ class ModelJob:
     attempts: int = 0
     token: str | None = None
     expires: float | None = None
+    asked: bool = False  # a cancellation was requested (kept until a re-drive)
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -94,7 +97,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @initialize(
         data=st.data(),
-        kind=st.sampled_from(["completed", "retry", "failed", "release"]),
+        kind=st.sampled_from(["completed", "retry", "failed", "cancelled", "release"]),
         queue=st.sampled_from(["a", "b"]),
     )
     def start(self, data: st.DataObject, kind: str, queue: str) -> None:
@@ -161,7 +164,7 @@ class Lifecycle(RuleBasedStateMachine):
     @precondition(lambda self: self.held())
     @rule(
         data=st.data(),
-        kind=st.sampled_from(["completed", "retry", "failed", "release"]),
+        kind=st.sampled_from(["completed", "retry", "failed", "cancelled", "release"]),
         delay=st.sampled_from([0.0, 3.0]),
     )
     def ack(self, data: st.DataObject, kind: str, delay: float) -> None:
@@ -171,26 +174,24 @@ class Lifecycle(RuleBasedStateMachine):
         assert self.backend.jobs_ack(JobsAckParams([out])) == []
         self.stale.append((j.id, j.token))
         j.token = j.expires = None
-        if kind == "completed":
-            j.status = "completed"
-        elif kind == "failed":
-            j.status = "failed"
+        if kind in ("completed", "failed", "cancelled"):
+            j.status = kind
         elif kind == "retry":
             j.status, j.run_at = "pending", self.now() + delay
         else:
             j.status, j.run_at, j.attempts = "pending", self.now(), j.attempts - 1
 
     @precondition(lambda self: self.stale)
-    @rule(data=st.data(), kind=st.sampled_from(["completed", "failed", "release"]))
+    @rule(data=st.data(), kind=st.sampled_from(["completed", "failed", "cancelled", "release"]))
     def stale_ack(self, data: st.DataObject, kind: str) -> None:
         job_id, token = data.draw(st.sampled_from(self.stale))
         out = Outcome(job_id, token, kind, result="2", error="stale")  # type: ignore[arg-type]
         assert self.backend.jobs_ack(JobsAckParams([out])) == [job_id]
-        assert self.backend.leases_renew(LeasesRenewParams("w", [(job_id, token)])) == [job_id]
+        assert self.backend.leases_renew(LeasesRenewParams("w", [(job_id, token)])).lost == [job_id]
 
     @rule(
         data=st.data(),
-        kind=st.sampled_from(["completed", "retry", "failed", "release"]),
+        kind=st.sampled_from(["completed", "retry", "failed", "cancelled", "release"]),
         queue=st.sampled_from(["a", "b"]),
     )
     def rescue_then_stale_ack(self, data: st.DataObject, kind: str, queue: str) -> None:
@@ -217,7 +218,8 @@ class Lifecycle(RuleBasedStateMachine):
         assert j.status == "running" and j.token != old
         out = Outcome(j.id, old, kind, result="2", error="stale")  # type: ignore[arg-type]
         assert self.backend.jobs_ack(JobsAckParams([out])) == [j.id]
-        assert self.backend.leases_renew(LeasesRenewParams("w", [(j.id, old)])) == [j.id]
+        renewed = self.backend.leases_renew(LeasesRenewParams("w", [(j.id, old)]))
+        assert (renewed.lost, renewed.cancel_requested) == ([j.id], [])
         rec = self.backend.jobs_get(j.id)
         assert rec is not None and (rec.status, rec.attempts) == ("running", j.attempts)
         self.reached = True
@@ -227,7 +229,9 @@ class Lifecycle(RuleBasedStateMachine):
     def heartbeat(self) -> None:
         held = self.held()
         pairs = [(j.id, j.token or "") for j in held]
-        assert self.backend.leases_renew(LeasesRenewParams("w", pairs)) == []
+        renewed = self.backend.leases_renew(LeasesRenewParams("w", pairs))
+        assert renewed.lost == []
+        assert sorted(renewed.cancel_requested) == sorted(j.id for j in held if j.asked)
         for j in held:
             j.expires = self.now() + LEASE
 
@@ -257,11 +261,16 @@ class Lifecycle(RuleBasedStateMachine):
     def cancel(self, data: st.DataObject) -> None:
         j = data.draw(st.sampled_from(sorted(self.jobs.values(), key=lambda j: j.seq)))
         if j.status == "pending":
-            assert self.backend.jobs_cancel(j.id).status == "cancelled"
-            j.status = "cancelled"
+            rec = self.backend.jobs_cancel(JobsCancelParams(j.id, "sm"))
+            assert (rec.status, rec.cancelled_by) == ("cancelled", "sm")
+            j.status, j.asked = "cancelled", True
+        elif j.status == "running":
+            rec = self.backend.jobs_cancel(JobsCancelParams(j.id, "sm"))
+            assert rec.status == "running" and rec.cancel_requested_at is not None
+            j.asked = True
         else:
             with pytest.raises(jobyard.InvalidTransition):
-                self.backend.jobs_cancel(j.id)
+                self.backend.jobs_cancel(JobsCancelParams(j.id))
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())
@@ -274,8 +283,13 @@ class Lifecycle(RuleBasedStateMachine):
             with pytest.raises(jobyard.DuplicateJob):
                 self.backend.jobs_retry(j.id)
         else:
-            assert self.backend.jobs_retry(j.id).status == "pending"
-            j.status, j.attempts, j.run_at = "pending", 0, self.now()
+            rec = self.backend.jobs_retry(j.id)
+            assert (rec.status, rec.cancel_requested_at, rec.cancelled_by) == (
+                "pending",
+                None,
+                None,
+            )
+            j.status, j.attempts, j.run_at, j.asked = "pending", 0, self.now(), False
 
     # invariants ---------------------------------------------------------------------------------
 
@@ -285,6 +299,7 @@ class Lifecycle(RuleBasedStateMachine):
             rec = self.backend.jobs_get(j.id)
             assert rec is not None
             assert (rec.status, rec.attempts) == (j.status, j.attempts), j
+            assert (rec.cancel_requested_at is not None) == j.asked, j
 
 
 @pytest.mark.parametrize("kind", STORES)

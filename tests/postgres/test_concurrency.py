@@ -12,6 +12,7 @@ import pytest
 from jobyard.backends.base import (
     LEASE_LOST_ERROR,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
     JobsListParams,
@@ -129,7 +130,8 @@ def test_racing_cancel_and_claim_agree(open_backend: Callable[..., PostgresBacke
         start.wait()
         for job_id in ids:
             try:
-                cancelled.append(producer.jobs_cancel(job_id).id)
+                params = JobsCancelParams(job_id, pending_only=True)
+                cancelled.append(producer.jobs_cancel(params).id)
             except jobyard.InvalidTransition:
                 refused.append(job_id)
 

@@ -13,6 +13,7 @@ from psycopg import sql as pgsql
 import jobyard
 from jobyard.backends.base import (
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
     JobsPurgeParams,
@@ -57,7 +58,7 @@ def test_keys_follow_every_way_in_and_out_of_scope(
         new(idempotency_key="r", lease=1, max_attempts=1),
         new(idempotency_key="f"),
     )
-    backend.jobs_cancel(cancelled)
+    backend.jobs_cancel(JobsCancelParams(cancelled))
     assert set(keys(sql)) == {("q", "r"), ("q", "f")}
     claimed = {c.id: c for c in backend.jobs_claim(JobsClaimParams("w", ["q"], 2))}
     f = claimed[failed]

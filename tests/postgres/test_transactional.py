@@ -287,8 +287,8 @@ def test_a_heartbeat_does_not_wait_for_a_settling_transaction(backend: PostgresB
         # a's row is locked until the handler's transaction commits: the heartbeat skips it
         # (not lost: its settlement is in flight) and renews b without waiting.
         beat = LeasesRenewParams("w1", [(a.id, a.token), (b.id, b.token)])
-        assert backend.leases_renew(beat) == []
+        assert backend.leases_renew(beat).lost == []
         conn.commit()
     finally:
         backend.connection_release(conn)
-    assert backend.leases_renew(LeasesRenewParams("w1", [(a.id, a.token)])) == [a.id]
+    assert backend.leases_renew(LeasesRenewParams("w1", [(a.id, a.token)])).lost == [a.id]

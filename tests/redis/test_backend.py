@@ -20,6 +20,7 @@ from jobyard.backends.base import (
     AT_MOST_ONCE_LOST_ERROR,
     PRIORITY_MIN,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
@@ -57,7 +58,7 @@ def test_every_key_of_a_queue_shares_its_hash_tag(backend: RedisBackend) -> None
     x, y = claim(backend, 2)
     backend.jobs_ack(JobsAckParams([Outcome(x.id, x.token, "completed", result="1")]))
     backend.jobs_ack(JobsAckParams([Outcome(y.id, y.token, "failed", error="e")]))
-    backend.jobs_cancel(c)
+    backend.jobs_cancel(JobsCancelParams(c))
     # then every key is either global ({prefix}) or carries the queue's tag ({prefix:q})
     tag, glob = backend.keys.tag("q"), "{" + backend.keys.prefix + "}"
     found = keys_of(backend)
@@ -85,7 +86,7 @@ def test_the_claims_set_holds_the_lease_and_the_watchdog_reads_it(
     (c,) = claim(backend)
     assert float(raw.zscore(claims, n)) == pytest.approx(T0 + 5)
     clock.advance(3)
-    assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])) == []
+    assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])).lost == []
     assert float(raw.zscore(claims, n)) == pytest.approx(T0 + 8)
     clock.advance(5)  # exactly at expiry: still held
     assert backend.leases_reap(LeasesReapParams()) == []
@@ -316,7 +317,7 @@ def test_a_record_corrupted_while_running_fails_alone_in_ack_renew_and_reap(
     assert backend.jobs_get(b.id).status == "pending"  # type: ignore[union-attr]
     # a heartbeat meeting a lease that is gone loses that job alone, and fails it
     raw.hdel(key[c.id], "lease")
-    lost = backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token), (d.id, d.token)]))
+    lost = backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token), (d.id, d.token)])).lost
     assert lost == [c.id]
     assert backend.jobs_get(c.id).error == "corrupt job record: field lease missing"  # type: ignore[union-attr]
     # the watchdog meeting max_attempts "x" on a lapsed lease fails it, and counts it failed
@@ -335,7 +336,7 @@ def test_cancel_and_retry_of_a_corrupt_record_answer_without_breaking_the_queue(
     pending, failed, healthy = insert(backend, new(), new(), new())
     raw.hdel(backend.keys.job("q", pending.rsplit(":", 1)[1]), "priority")
     # then it still cancels
-    assert backend.jobs_cancel(pending).status == "cancelled"
+    assert backend.jobs_cancel(JobsCancelParams(pending)).status == "cancelled"
     # and a failed job whose priority turned to text is refused a retry, with the reason
     (f, _) = claim(backend, 2)
     assert f.id == failed

@@ -14,6 +14,7 @@ from jobyard.backends.base import (
     LEASE_LOST_ERROR,
     Backend,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
     JobsListParams,
@@ -327,7 +328,8 @@ def test_a_rescued_job_fences_out_its_first_worker(
     (second,) = claim(backend, worker="rescuer")
     assert second.attempts == 2 and second.token != first.token
     # when the first worker wakes up, its renewals and its outcome are refused
-    assert backend.leases_renew(LeasesRenewParams("paused", [(job_id, first.token)])) == [job_id]
+    renewed = backend.leases_renew(LeasesRenewParams("paused", [(job_id, first.token)]))
+    assert renewed.lost == [job_id]
     assert ack(backend, Outcome(job_id, first.token, "completed", result='"first"')) == [job_id]
     # and the rescuer's outcome stands
     assert ack(backend, Outcome(job_id, second.token, "completed", result='"second"')) == []
@@ -350,7 +352,7 @@ def test_renew_pushes_the_lease_by_each_jobs_own_lease(
     clock.advance(8)
     assert backend.leases_renew(
         LeasesRenewParams("w1", [(short, c[short].token), (long_, c[long_].token), ("x", "t")])
-    ) == ["x"]
+    ).lost == ["x"]
     clock.advance(9)  # 17s after the claim, 9s after the renewal: both still held
     assert backend.leases_reap(LeasesReapParams()) == []
     clock.advance(2)  # 11s after the renewal: the short lease lapsed
@@ -411,19 +413,28 @@ def test_list_filters_and_pages_newest_first(backend: SQLiteBackend) -> None:
     assert [r.id for r in backend.jobs_list(JobsListParams(limit=2, offset=1))] == [ids[3], ids[2]]
 
 
-def test_cancel_only_pending_jobs(backend: SQLiteBackend, clock: FrozenClock) -> None:
+def test_cancel_pending_jobs_and_ask_running_ones(
+    backend: SQLiteBackend, clock: FrozenClock
+) -> None:
     running, pending = insert(backend, new(priority=1), new())
     assert [c.id for c in claim(backend, limit=1)] == [running]
     clock.advance(3)
-    rec = backend.jobs_cancel(pending)
+    rec = backend.jobs_cancel(JobsCancelParams(pending, "me"))
     assert (rec.id, rec.status, rec.finished_at) == (pending, "cancelled", T0 + 3)
+    assert (rec.cancel_requested_at, rec.cancelled_by) == (T0 + 3, "me")
     with pytest.raises(InvalidTransition, match="running"):
-        backend.jobs_cancel(running)
+        backend.jobs_cancel(JobsCancelParams(running, pending_only=True))
+    asked = backend.jobs_cancel(JobsCancelParams(running))
+    assert (asked.status, asked.cancel_requested_at, asked.cancelled_by) == (
+        "running",
+        T0 + 3,
+        None,
+    )
     with pytest.raises(InvalidTransition, match="cancelled"):
-        backend.jobs_cancel(pending)
+        backend.jobs_cancel(JobsCancelParams(pending))
     for missing in ("999", "nope"):
         with pytest.raises(JobNotFound):
-            backend.jobs_cancel(missing)
+            backend.jobs_cancel(JobsCancelParams(missing))
 
 
 def test_retry_redrives_finished_jobs_and_keeps_the_error(
@@ -446,13 +457,13 @@ def test_retry_redrives_finished_jobs_and_keeps_the_error(
     with pytest.raises(JobNotFound):
         backend.jobs_retry("12345")
     # a cancelled job comes back too
-    backend.jobs_cancel(job_id)
+    backend.jobs_cancel(JobsCancelParams(job_id))
     assert backend.jobs_retry(job_id).status == "pending"
 
 
 def test_retry_refuses_a_key_held_by_another_job(backend: SQLiteBackend) -> None:
     (old,) = insert(backend, new(idempotency_key="k"))
-    backend.jobs_cancel(old)
+    backend.jobs_cancel(JobsCancelParams(old))
     (holder,) = insert(backend, new(idempotency_key="k"))
     assert holder != old
     with pytest.raises(DuplicateJob, match=holder):
@@ -468,7 +479,7 @@ def test_purge_deletes_finished_jobs_by_age_status_and_queue(
         ack(backend, Outcome(c.id, c.token, "completed"))
     clock.advance(100)
     (new_cancel,) = insert(backend, new())
-    backend.jobs_cancel(new_cancel)
+    backend.jobs_cancel(JobsCancelParams(new_cancel))
     with pytest.raises(ValueError, match="finished"):
         backend.jobs_purge(JobsPurgeParams(statuses=("completed", "pending")))
     assert backend.jobs_purge(JobsPurgeParams(statuses=())) == 0

@@ -21,6 +21,7 @@ MIGRATIONS = [
     "0003_workers_forget_after",
     "0004_schedule_rules",
     "0005_counts",
+    "0006_cancel_progress",
 ]
 
 
@@ -99,6 +100,7 @@ def test_opening_migrates_once_and_records_each_version(
         (3, "0003_workers_forget_after"),
         (4, "0004_schedule_rules"),
         (5, "0005_counts"),
+        (6, "0006_cancel_progress"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()

@@ -26,7 +26,7 @@ from ..errors import ConfigurationError
 
 Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
-OutcomeKind = Literal["completed", "retry", "failed", "release"]
+OutcomeKind = Literal["completed", "retry", "failed", "release", "cancelled"]
 
 STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
 FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")  # a job never leaves these
@@ -42,6 +42,8 @@ MAX_RUN_AT = 253402214400.0  # 9999-12-31T00:00:00Z
 
 LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing it"
 AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
+MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
+MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
 
 
 # --- records -------------------------------------------------------------------------------
@@ -69,6 +71,14 @@ class JobRecord:
     parent_id: str | None
     idempotency_key: str | None
     delivery: Delivery = "at_least_once"
+    # A cancellation asked of the job (``app.cancel``): when, and by whom (free text, may be
+    # None). Set at once on a pending job (then cancelled); on a running one it is a request
+    # the worker honours at its next heartbeat.
+    cancel_requested_at: float | None = None
+    cancelled_by: str | None = None
+    # The handler's latest ``current_job().progress``, as of the worker's last renewal.
+    progress: float | None = None
+    progress_note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +246,7 @@ class Outcome:
 
     completed: store ``result``. retry: back to pending after ``delay`` seconds, ``error`` kept.
     failed: the dead letter, ``error`` kept. release: back to pending now, the attempt uncounted.
+    cancelled: the handler stopped on a cancellation request (``error`` says how); finished.
     """
 
     id: str
@@ -254,12 +265,66 @@ class JobsAckParams:
     connection: Any = None  # PostgreSQL: commit the acks inside the handler's transaction
 
 
+def check_progress(fraction: object, note: object) -> tuple[float, str | None]:
+    """A fraction from 0 to 1 and a note of at most :data:`MAX_PROGRESS_NOTE` characters (or
+    None), else ``ConfigurationError``."""
+    if not _is_number(fraction) or not 0.0 <= fraction <= 1.0:  # type: ignore[operator]
+        raise ConfigurationError(f"progress must be a number from 0 to 1, got {fraction!r}")
+    if note is not None and (not isinstance(note, str) or len(note) > MAX_PROGRESS_NOTE):
+        raise ConfigurationError(
+            f"a progress note must be text of at most {MAX_PROGRESS_NOTE} characters"
+        )
+    return float(fraction), note  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a running job has got, sent with its lease's renewal."""
+
+    id: str
+    fraction: float
+    note: str | None = None
+
+    def __post_init__(self) -> None:
+        check_progress(self.fraction, self.note)
+
+
 @dataclass(frozen=True, slots=True)
 class LeasesRenewParams:
-    """Heartbeat: push the lease of each (id, token) to now + that job's lease seconds."""
+    """Heartbeat: push the lease of each (id, token) to now + that job's lease seconds, and
+    store the ``progress`` of those among them still held (fenced by the same token)."""
 
     worker_id: str
     jobs: Sequence[tuple[str, str]]
+    progress: Sequence[Progress] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    """What a renewal found: ``lost`` leases (token no longer matches), and the renewed jobs
+    someone asked to cancel (``cancel_requested``)."""
+
+    lost: list[str] = field(default_factory=list)
+    cancel_requested: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class JobsCancelParams:
+    """Cancel a job: a pending one at once, a running one by recording a request."""
+
+    id: str
+    by: str | None = None  # who asked (free text)
+    # Refuse a running job as a finished one (InvalidTransition) instead of recording a
+    # request: ``cancel_pending`` skips a job a worker claimed meanwhile.
+    pending_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.by is not None and (
+            not isinstance(self.by, str) or not 0 < len(self.by) <= MAX_CANCELLED_BY
+        ):
+            raise ConfigurationError(
+                f"cancel(by=...) must be text of 1 to {MAX_CANCELLED_BY} characters"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,8 +525,10 @@ class Backend(Protocol):
         """Jobs matching the filter, newest first."""
         ...
 
-    def jobs_cancel(self, job_id: str) -> JobRecord:
-        """Cancel a pending job. Raise JobNotFound, or InvalidTransition if it is not pending."""
+    def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
+        """Cancel a pending job at once; on a running job record a cancellation request (the
+        first request's time and author are kept). Raise JobNotFound, or InvalidTransition if
+        the job is finished."""
         ...
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -486,8 +553,9 @@ class Backend(Protocol):
         """Sleep until woken by an insert (push signal) or timeout; True if woken."""
         ...
 
-    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
-        """Renew leases; return the ids whose lease was lost (token no longer matches)."""
+    def leases_renew(self, params: LeasesRenewParams) -> Renewed:
+        """Renew leases and store progress; which leases were lost (token no longer matches)
+        and which renewed jobs have a cancellation request."""
         ...
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:

@@ -25,6 +25,7 @@ from .base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
@@ -36,6 +37,7 @@ from .base import (
     QueueConfig,
     QueueStats,
     Reaped,
+    Renewed,
     Schedule,
     SchedulesFireParams,
     SchedulesPauseParams,
@@ -189,13 +191,25 @@ class MemoryBackend:
             raise JobNotFound(job_id)
         return row
 
-    def jobs_cancel(self, job_id: str) -> JobRecord:
-        """Pending -> cancelled."""
+    def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
+        """Pending -> cancelled; running: a request recorded once."""
         with self._lock:
-            row = self._row(job_id)
-            if row.rec.status != "pending":
-                raise InvalidTransition.cannot_cancel(job_id, row.rec.status)
-            row.rec = replace(row.rec, status="cancelled", finished_at=self._now())
+            row = self._row(params.id)
+            now = self._now()
+            rec = row.rec
+            if rec.status == "pending":
+                row.rec = replace(
+                    rec,
+                    status="cancelled",
+                    finished_at=now,
+                    cancel_requested_at=now,
+                    cancelled_by=params.by,
+                )
+            elif rec.status == "running" and not params.pending_only:
+                if rec.cancel_requested_at is None:
+                    row.rec = replace(rec, cancel_requested_at=now, cancelled_by=params.by)
+            else:
+                raise InvalidTransition.cannot_cancel(params.id, rec.status)
             return row.rec
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -214,6 +228,10 @@ class MemoryBackend:
                 run_at=self._now(),
                 finished_at=None,
                 result=None,
+                cancel_requested_at=None,
+                cancelled_by=None,
+                progress=None,
+                progress_note=None,
             )
             self._inserts += 1
             self._lock.notify_all()
@@ -319,6 +337,8 @@ class MemoryBackend:
                     row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
                 elif out.kind == "failed":
                     row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
+                elif out.kind == "cancelled":
+                    row.rec = replace(rec, status="cancelled", error=out.error, finished_at=now)
                 elif out.kind == "retry":
                     row.rec = replace(
                         rec, status="pending", error=out.error, run_at=now + out.delay
@@ -336,18 +356,23 @@ class MemoryBackend:
             self._lock.wait_for(lambda: self._inserts != seen, timeout=params.timeout)
             return self._inserts != seen
 
-    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
-        """Push leases forward; return the lost ones."""
-        lost: list[str] = []
+    def leases_renew(self, params: LeasesRenewParams) -> Renewed:
+        """Push leases forward and store progress; the lost ones and the cancel requests."""
+        out = Renewed()
+        progress = {p.id: p for p in params.progress}
         with self._lock:
             now = self._now()
             for job_id, token in params.jobs:
                 row = self._rows.get(job_id)
                 if row is None or row.rec.status != "running" or row.token != token:
-                    lost.append(job_id)
-                else:
-                    row.lease_expires_at = now + row.lease
-        return lost
+                    out.lost.append(job_id)
+                    continue
+                row.lease_expires_at = now + row.lease
+                if (p := progress.get(job_id)) is not None:
+                    row.rec = replace(row.rec, progress=p.fraction, progress_note=p.note)
+                if row.rec.cancel_requested_at is not None:
+                    out.cancel_requested.append(job_id)
+        return out
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed."""

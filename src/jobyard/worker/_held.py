@@ -17,6 +17,7 @@ class Running:
     job: ClaimedJob
     ctx: JobContext
     next_renew: float  # monotonic
+    renewed_at: float = 0.0  # monotonic; when its lease was last sent for renewal
     claimed_at: float = 0.0  # monotonic
     deadline: float | None = None  # monotonic; set when a sync handler starts
     started: bool = False

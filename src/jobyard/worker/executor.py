@@ -22,6 +22,7 @@ from ..backends.base import (
     ClaimedJob,
     JobsAckParams,
     Outcome,
+    Progress,
     as_transactional,
 )
 from ..errors import Drop, Retry
@@ -38,6 +39,10 @@ class JobTimeout(Exception):
     """The handler ran past its job's timeout."""
 
 
+class CancelRequested(Exception):
+    """Raised by :meth:`JobContext.raise_if_cancelled`: the handler stops on a cancellation."""
+
+
 @dataclass(slots=True)
 class JobContext:
     """What a running handler can learn about its job: ``jobyard.current_job()``."""
@@ -46,6 +51,13 @@ class JobContext:
     worker_id: str
     backend: Backend
     _connection: Any = field(default=None, repr=False)
+    # Set by the worker's heartbeat thread, read by the handler: a plain bool is enough (one
+    # writer, and a late read only delays the handler's stop until its next look).
+    _cancel_requested: bool = field(default=False, repr=False)
+    # Written by the handler only; the heartbeat sends it when it is not the one it last sent
+    # (compared by identity, so the two threads never write the same field).
+    _progress: Progress | None = field(default=None, repr=False)
+    _progress_sent: Progress | None = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -66,6 +78,26 @@ class JobContext:
             store = as_transactional(self.backend, "current_job().connection")
             self._connection = store.connection_acquire()
         return self._connection
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this job (``app.cancel``) and the worker learned
+        it (at its next heartbeat). A sync handler that stops then by raising (for instance
+        through :meth:`raise_if_cancelled`) ends its job ``cancelled``; one that returns a
+        value anyway completes, and that outcome stands."""
+        return self._cancel_requested
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`CancelRequested` if :attr:`cancel_requested`."""
+        if self._cancel_requested:
+            raise CancelRequested(f"job {self.job.id}: cancellation requested")
+
+    def progress(self, fraction: float, note: str | None = None) -> None:
+        """Record how far the job has got: ``fraction`` from 0 to 1 and a short ``note`` (at
+        most 200 characters). Only the latest value is kept, in memory: the worker sends it
+        with its next lease renewal (at most a second later), so calling this in a tight loop
+        costs no round trip. ``app.get(id).progress`` reads it."""
+        self._progress = Progress(self.job.id, fraction, note)
 
 
 def current_job() -> JobContext:
@@ -157,6 +189,19 @@ def classify(job: ClaimedJob, exc: BaseException, tb: str | None = None) -> Outc
     return Outcome(job.id, job.token, "retry", error=error, delay=delay)
 
 
+def cancelled(job: ClaimedJob, how: str) -> Outcome:
+    """The outcome of a job that stopped on a cancellation request."""
+    return Outcome(job.id, job.token, "cancelled", error=f"cancelled on request: {how}")
+
+
+def stopped(ctx: JobContext, exc: BaseException) -> Outcome:
+    """The outcome of a handler that raised ``exc``: cancelled if a cancellation was asked
+    (the handler stopped on it), else what :func:`classify` decides."""
+    if ctx._cancel_requested:
+        return cancelled(ctx.job, f"{type(exc).__name__}: {exc}".rstrip(": "))
+    return classify(ctx.job, exc)
+
+
 def timed_out(job: ClaimedJob) -> Outcome:
     """The outcome of a handler that overran its timeout."""
     return classify(
@@ -172,7 +217,7 @@ def run_sync(ctx: JobContext, call: Call) -> Outcome:
     try:
         value = call.func(*call.args, **call.kwargs)
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
-        return classify(ctx.job, exc)
+        return stopped(ctx, exc)
     finally:
         _current.reset(token)
     return succeed(ctx.job, value)
@@ -180,7 +225,8 @@ def run_sync(ctx: JobContext, call: Call) -> Outcome:
 
 async def run_async(ctx: JobContext, call: Call) -> Outcome:
     """Await an async handler under its timeout; an overrun cancels it. A cancellation the
-    worker asked for (shutdown) propagates; any other exception is the job's outcome."""
+    worker made for a cancel request ends the job ``cancelled``; one it made for another reason
+    (shutdown) propagates; any other exception is the job's outcome."""
     token = _current.set(ctx)
     try:
         async with asyncio.timeout(ctx.job.timeout) as deadline:
@@ -192,10 +238,13 @@ async def run_async(ctx: JobContext, call: Call) -> Outcome:
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
+            if ctx._cancel_requested:
+                task.uncancel()  # handled here: the job's outcome, not the task's end
+                return cancelled(ctx.job, "the async handler was cancelled")
             raise  # the worker cancelled it
-        return classify(ctx.job, exc)
+        return stopped(ctx, exc)
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
-        return classify(ctx.job, exc)
+        return stopped(ctx, exc)
     finally:
         _current.reset(token)
     return succeed(ctx.job, value)

@@ -282,7 +282,9 @@ class Worker:
         with self._lock:
             for job in jobs:
                 ctx = self.pipeline.context(job)
-                run = Running(job, ctx, next_renew=now + job.lease / 3, claimed_at=now)
+                run = Running(
+                    job, ctx, next_renew=now + job.lease / 3, renewed_at=now, claimed_at=now
+                )
                 self._running[job.id] = run
                 self._held += 1
                 self._open += 1
@@ -482,4 +484,34 @@ class Worker:
             # slot until the function returns, and what it returns then is discarded.
             log.warning("job %s: timed out after %ss", run.job.id, run.job.timeout)
             self._settle_elsewhere(run, executor.timed_out(run.job))
-        heartbeat.renew(self.backend, self.id, beat.renew, self._running, self._lock, now)
+        asked = heartbeat.renew(self.backend, self.id, beat, self._running, self._lock, now)
+        if asked:
+            self._cancel_requested(asked)
+
+    def _cancel_requested(self, ids: list[str]) -> None:
+        """Someone asked to cancel these jobs: a job still waiting for a slot ends cancelled
+        now; an async handler's task is cancelled; a sync handler sees
+        ``current_job().cancel_requested`` and may stop (it cannot be interrupted)."""
+        with self._lock:
+            runs = [
+                run
+                for job_id in ids
+                if (run := self._running.get(job_id)) is not None
+                and not run.settled
+                and not run.ctx._cancel_requested
+            ]
+            unstarted = [run for run in runs if not run.started and self._mark_settled(run)]
+            for run in runs:
+                run.ctx._cancel_requested = True
+        for run in unstarted:
+            log.info("job %s: cancelled before it started", run.job.id)
+            outcome = executor.cancelled(run.job, "before the handler started")
+            self.completer.put(outcome)
+            self.pipeline.record(run.job, outcome, None)
+        done = {id(run) for run in unstarted}
+        for run in runs:
+            if id(run) in done:
+                continue
+            log.info("job %s: cancellation requested", run.job.id)
+            if run.task is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(run.task.cancel)

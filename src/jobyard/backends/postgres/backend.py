@@ -43,6 +43,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
@@ -55,6 +56,7 @@ from ..base import (
     QueueConfig,
     QueueStats,
     Reaped,
+    Renewed,
     Schedule,
     SchedulesFireParams,
     SchedulesPauseParams,
@@ -350,12 +352,19 @@ class PostgresBackend:
             query, args["status"] = Q.jobs_list_status, params.status
         return [_record(r) for r in self._run(lambda c: self._fetch(c, query, args))]
 
-    def jobs_cancel(self, job_id: str) -> JobRecord:
-        """Cancel a pending job. Raise JobNotFound, or InvalidTransition if it is not pending."""
+    def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
+        """Cancel a pending job, or record a request on a running one. Raise JobNotFound, or
+        InvalidTransition if it is finished."""
+        job_id = params.id
         number = parse_numeric_id(job_id)
         if number is None:
             raise JobNotFound(job_id)
-        args = {"now": self.clock.now(), "id": number}
+        args = {
+            "now": self.clock.now(),
+            "id": number,
+            "by": None if params.by is None else storable(params.by),
+            "pending_only": params.pending_only,
+        }
         rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel, args))
         if not rows:
             raise JobNotFound(job_id)
@@ -453,20 +462,30 @@ class PostgresBackend:
         """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
         return self._listener.wait(params.queues, params.timeout)
 
-    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
-        """Renew leases; return the ids whose lease was lost (token no longer matches)."""
+    def leases_renew(self, params: LeasesRenewParams) -> Renewed:
+        """Renew leases and store progress; the lost ones and the cancel requests."""
         pairs = list(params.jobs)
         valid = [(n, token) for jid, token in pairs if (n := parse_numeric_id(jid)) is not None]
         if not valid:
-            return [jid for jid, _ in pairs]
+            return Renewed(lost=[jid for jid, _ in pairs])
+        progress = {p.id: p for p in params.progress}
+        sent = [progress.get(jid) for jid, _ in pairs if parse_numeric_id(jid) is not None]
         args = {
             "now": self.clock.now(),
             "ids": [n for n, _ in valid],
             "tokens": [t for _, t in valid],
+            "has_progress": [p is not None for p in sent],
+            "progress": [None if p is None else p.fraction for p in sent],
+            "notes": [None if p is None or p.note is None else storable(p.note) for p in sent],
             "async_commit": self._settings.async_commit,
         }
-        lost = {str(r[0]) for r in self._run(lambda c: self._fetch(c, Q.leases_renew, args))}
-        return [jid for jid, _ in pairs if jid in lost or parse_numeric_id(jid) is None]
+        rows = self._run(lambda c: self._fetch(c, Q.leases_renew, args))
+        lost = {str(r[0]) for r in rows if r[1] == "lost"}
+        asked = {str(r[0]) for r in rows if r[1] == "cancel"}
+        return Renewed(
+            lost=[jid for jid, _ in pairs if jid in lost or parse_numeric_id(jid) is None],
+            cancel_requested=[jid for jid, _ in pairs if jid in asked],
+        )
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed: an attempt was spent on each."""

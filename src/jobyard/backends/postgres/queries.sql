@@ -29,7 +29,8 @@
 --
 -- Result columns of a job record, in JobRecord's field order:
 --   id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
---   started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+--   started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
+--   cancel_requested_at, cancelled_by, progress, progress_note
 
 
 -- name: jobs_insert_lock
@@ -162,7 +163,8 @@ ORDER BY 1;
 
 -- name: jobs_get
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
+       cancel_requested_at, cancelled_by, progress, progress_note
 FROM jobs
 WHERE id = %(id)s::int8;
 
@@ -170,7 +172,8 @@ WHERE id = %(id)s::int8;
 -- name: jobs_list
 -- Every status: a merge of the partitions' primary keys, newest first.
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
+       cancel_requested_at, cancelled_by, progress, progress_note
 FROM jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -182,7 +185,8 @@ LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 -- One status: a plain `status = $n` is what lets the executor prune the other partitions when
 -- it starts, even in a generic prepared plan (`$n IS NULL OR ...`, or `= ANY($n)`, would not).
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
+       cancel_requested_at, cancelled_by, progress, progress_note
 FROM jobs
 WHERE status = %(status)s::text
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -192,35 +196,45 @@ LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 
 
 -- name: jobs_cancel
--- pending -> cancelled. Returns (cancelled, record...): the cancelled job, or, when nothing
--- changed, the job as it is (its status names the refusal); no row: no such job.
+-- pending -> cancelled; running: a cancellation request recorded (the first request's time and
+-- author stay), which its worker reads back at its next lease renewal. Returns (done,
+-- record...): the job as changed, or, when nothing changed, the job as it is (its status names
+-- the refusal); no row: no such job. Every SET expression reads the row as it was.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
 cancelled AS (
     UPDATE jobs AS j
-    SET status = 'cancelled', finished_at = clock.now
+    SET status = CASE WHEN j.status = 'pending' THEN 'cancelled' ELSE j.status END,
+        finished_at = CASE WHEN j.status = 'pending' THEN clock.now ELSE j.finished_at END,
+        cancelled_by = CASE WHEN j.status = 'pending' OR j.cancel_requested_at IS NULL
+                            THEN %(by)s::text ELSE j.cancelled_by END,
+        cancel_requested_at = CASE WHEN j.status = 'pending' OR j.cancel_requested_at IS NULL
+                                   THEN clock.now ELSE j.cancel_requested_at END
     FROM clock
-    WHERE j.status = 'pending' AND j.id = %(id)s::int8
+    WHERE j.id = %(id)s::int8
+      AND (j.status = 'pending' OR (j.status = 'running' AND NOT %(pending_only)s::bool))
     RETURNING j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts,
               j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
-              j.result, j.error, j.parent_id, j.idempotency_key, j.delivery
+              j.result, j.error, j.parent_id, j.idempotency_key, j.delivery,
+              j.cancel_requested_at, j.cancelled_by, j.progress, j.progress_note
 ),
 freed AS (
     DELETE FROM job_keys AS k
     USING cancelled AS c
-    WHERE k.queue = c.queue AND k.key = c.idempotency_key AND k.job_id = c.id
+    WHERE c.status = 'cancelled'
+      AND k.queue = c.queue AND k.key = c.idempotency_key AND k.job_id = c.id
 ),
 counted AS (
     INSERT INTO job_counts AS jc (queue, status, n)
-    SELECT queue, 'cancelled', 1 FROM cancelled
+    SELECT queue, 'cancelled', 1 FROM cancelled WHERE status = 'cancelled'
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + 1
 )
 SELECT true, * FROM cancelled
 UNION ALL
 SELECT false, id, name, queue, payload, status, priority, attempts, max_attempts, run_at,
        created_at, started_at, finished_at, worker_id, result, error, parent_id,
-       idempotency_key, delivery
+       idempotency_key, delivery, cancel_requested_at, cancelled_by, progress, progress_note
 FROM jobs
 WHERE id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM cancelled);
 
@@ -246,13 +260,15 @@ keyed AS (
 ),
 redriven AS (
     UPDATE jobs AS j
-    SET status = 'pending', attempts = 0, run_at = clock.now, finished_at = NULL, result = NULL
+    SET status = 'pending', attempts = 0, run_at = clock.now, finished_at = NULL, result = NULL,
+        cancel_requested_at = NULL, cancelled_by = NULL, progress = NULL, progress_note = NULL
     FROM target AS t, clock
     WHERE j.status IN ('failed', 'cancelled') AND j.id = t.id
       AND (t.idempotency_key IS NULL OR EXISTS (SELECT 1 FROM keyed))
     RETURNING j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts,
               j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
-              j.result, j.error, j.parent_id, j.idempotency_key, j.delivery
+              j.result, j.error, j.parent_id, j.idempotency_key, j.delivery,
+              j.cancel_requested_at, j.cancelled_by, j.progress, j.progress_note
 ),
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || queue) AS sent FROM redriven
@@ -270,7 +286,8 @@ SELECT CASE WHEN j.status IN ('failed', 'cancelled') THEN 'duplicate' ELSE 'stat
         WHERE k.queue = j.queue AND k.key = j.idempotency_key),
        j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts, j.max_attempts,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id, j.result, j.error,
-       j.parent_id, j.idempotency_key, j.delivery
+       j.parent_id, j.idempotency_key, j.delivery, j.cancel_requested_at, j.cancelled_by,
+       j.progress, j.progress_note
 FROM jobs AS j
 WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
 
@@ -433,11 +450,13 @@ settled AS (
     SET status = CASE i.kind
                      WHEN 'completed' THEN 'completed'
                      WHEN 'failed' THEN 'failed'
+                     WHEN 'cancelled' THEN 'cancelled'
                      ELSE 'pending'
                  END,
         result = CASE WHEN i.kind = 'completed' THEN i.result ELSE j.result END,
-        error = CASE WHEN i.kind IN ('retry', 'failed') THEN i.error ELSE j.error END,
-        finished_at = CASE WHEN i.kind IN ('completed', 'failed') THEN clock.now END,
+        error = CASE WHEN i.kind IN ('retry', 'failed', 'cancelled') THEN i.error
+                     ELSE j.error END,
+        finished_at = CASE WHEN i.kind IN ('completed', 'failed', 'cancelled') THEN clock.now END,
         run_at = CASE i.kind
                      WHEN 'retry' THEN clock.now + i.delay
                      WHEN 'release' THEN clock.now
@@ -454,14 +473,14 @@ settled AS (
 freed AS (
     DELETE FROM job_keys AS k
     USING settled AS s
-    WHERE s.status IN ('completed', 'failed')
+    WHERE s.status IN ('completed', 'failed', 'cancelled')
       AND k.queue = s.queue AND k.key = s.idempotency_key AND k.job_id = s.id
 ),
 counted AS (
     INSERT INTO job_counts AS jc (queue, status, n)
     SELECT queue, status, count(*)
     FROM settled
-    WHERE status IN ('completed', 'failed')
+    WHERE status IN ('completed', 'failed', 'cancelled')
     GROUP BY queue, status
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
@@ -501,13 +520,20 @@ WHERE NOT EXISTS (SELECT 1 FROM settled AS s WHERE s.id = i.id)
 -- settlement locking the rows in another order, or stall the whole heartbeat behind one
 -- transaction. A skipped job is not reported lost: the lock's owner is settling it (or the next
 -- beat renews it). Lost: not running under that token in this statement's snapshot.
--- lease_expires_at is in no index, so with the running partition's free space this is a HOT
--- update.
+-- The progress of a job (has_progress) is written with its lease, under the same token.
+-- lease_expires_at and progress are in no index, so with the running partition's free space
+-- this is a HOT update.
+-- Returns (id, 'lost') for each lease lost and (id, 'cancel') for each renewed job someone
+-- asked to cancel.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
 input AS (
-    SELECT * FROM unnest(%(ids)b::int8[], %(tokens)b::text[]) AS i (id, token)
+    SELECT *
+    FROM unnest(
+        %(ids)b::int8[], %(tokens)b::text[], %(has_progress)b::bool[], %(progress)b::float8[],
+        %(notes)b::text[]
+    ) AS i (id, token, has_progress, progress, note)
 ),
 held AS (
     SELECT j.id
@@ -522,20 +548,24 @@ locked AS (
 ),
 renewed AS (
     UPDATE jobs AS j
-    SET lease_expires_at = clock.now + j.lease
-    FROM locked AS l, clock
-    WHERE j.status = 'running' AND j.id = l.id
-    RETURNING j.id
+    SET lease_expires_at = clock.now + j.lease,
+        progress = CASE WHEN i.has_progress THEN i.progress ELSE j.progress END,
+        progress_note = CASE WHEN i.has_progress THEN i.note ELSE j.progress_note END
+    FROM locked AS l, input AS i, clock
+    WHERE j.status = 'running' AND j.id = l.id AND i.id = l.id
+    RETURNING j.id, j.cancel_requested_at IS NOT NULL AS asked
 ),
 durability AS (
     SELECT set_config('synchronous_commit', CASE
                WHEN %(async_commit)s::bool THEN 'off' ELSE current_setting('synchronous_commit')
            END, true) AS mode
 )
-SELECT i.id
+SELECT i.id, 'lost'
 FROM input AS i
 WHERE NOT EXISTS (SELECT 1 FROM held AS h WHERE h.id = i.id)
-  AND (SELECT count(*) FROM renewed) + (SELECT count(*) FROM durability) >= 0;
+  AND (SELECT count(*) FROM durability) >= 0
+UNION ALL
+SELECT r.id, 'cancel' FROM renewed AS r WHERE r.asked;
 
 
 -- name: leases_reap

@@ -51,6 +51,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
@@ -63,6 +64,7 @@ from ..base import (
     QueueConfig,
     QueueStats,
     Reaped,
+    Renewed,
     Schedule,
     SchedulesFireParams,
     SchedulesPauseParams,
@@ -134,6 +136,10 @@ def _record(queue: str, number: str, h: dict[str, str]) -> JobRecord:
         parent_id=h.get("parent_id"),
         idempotency_key=h.get("idempotency_key"),
         delivery=cast(Delivery, h.get("delivery", "at_least_once")),
+        cancel_requested_at=_lenient_float(h.get("cancel_requested_at")),
+        cancelled_by=h.get("cancelled_by"),
+        progress=_lenient_float(h.get("progress")),
+        progress_note=h.get("progress_note"),
     )
 
 
@@ -313,10 +319,17 @@ class RedisBackend:
             raise JobNotFound(job_id)
         return parsed
 
-    def jobs_cancel(self, job_id: str) -> JobRecord:
-        """Pending -> cancelled."""
+    def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
+        """Pending -> cancelled; running: a request recorded."""
+        job_id = params.id
         queue, n = self._locate(job_id)
-        args = [self.core.now(), n, _ttl(self.settings.failed_ttl)]
+        args = [
+            self.core.now(),
+            n,
+            _ttl(self.settings.failed_ttl),
+            params.by or "",
+            "1" if params.pending_only else "",
+        ]
         reply = self.core.run_once("jobs_cancel", self.keys.queue(queue), args)
         if reply[0] == "missing":
             raise JobNotFound(job_id)
@@ -442,13 +455,15 @@ class RedisBackend:
         ids: Sequence[str],
         item: Callable[[int, str, int], list[Any]],
         *head: str,
-    ) -> list[str]:
-        """Run a token-fenced batch script (ack, renew) and return the ids it refused.
+    ) -> tuple[list[str], list[str]]:
+        """Run a token-fenced batch script (ack, renew) and return the ids it refused, and
+        those it flagged (a negative position: a renewed job with a cancellation request).
 
         ``item(g, number, position)`` builds the JSON entry of one job; ids that are not ours are
         refused without a call.
         """
         refused: set[int] = set()
+        flagged: set[int] = set()
         by_queue: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for pos, jid in enumerate(ids):
             parsed = parse_job_id(jid)
@@ -466,8 +481,12 @@ class RedisBackend:
             reply = self.core.run(
                 script, self.core.group_keys(names), [self.core.now(), *head, _dumps(items)]
             )
-            refused.update(order[int(i) - 1] for i in reply)
-        return [ids[pos] for pos in sorted(refused)]
+            for i in map(int, reply):
+                if i > 0:
+                    refused.add(order[i - 1])
+                else:
+                    flagged.add(order[-i - 1])
+        return [ids[pos] for pos in sorted(refused)], [ids[pos] for pos in sorted(flagged)]
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes whose token still matches; return the refused (stale) ids."""
@@ -482,7 +501,7 @@ class RedisBackend:
             return [g, n, o.token, o.kind, o.result, o.error, float(o.delay)]
 
         ttl = (_ttl(self.settings.result_ttl), _ttl(self.settings.failed_ttl))
-        return self._fenced("jobs_ack", [o.id for o in outcomes], item, *ttl)
+        return self._fenced("jobs_ack", [o.id for o in outcomes], item, *ttl)[0]
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block on the queues' wake lists (BLPOP) until an insert pushes a token or the timeout.
@@ -503,17 +522,23 @@ class RedisBackend:
                 return False
             raise
 
-    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
-        """Push leases forward; return the ids whose lease was lost."""
+    def leases_renew(self, params: LeasesRenewParams) -> Renewed:
+        """Push leases forward and store progress; the lost ones and the cancel requests."""
         jobs = list(params.jobs)
         if not jobs:
-            return []
+            return Renewed()
+        progress = {p.id: p for p in params.progress}
 
         def item(g: int, n: str, pos: int) -> list[Any]:
-            return [g, n, jobs[pos][1]]
+            job_id, token = jobs[pos]
+            p = progress.get(job_id)
+            if p is None:
+                return [g, n, token]
+            return [g, n, token, repr(p.fraction), p.note]
 
         ttl = _ttl(self.settings.failed_ttl)
-        return self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
+        lost, asked = self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
+        return Renewed(lost=lost, cancel_requested=asked)
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """The watchdog: recover lapsed leases in every queue."""

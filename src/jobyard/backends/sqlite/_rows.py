@@ -56,6 +56,10 @@ def record(r: Sequence[Any]) -> JobRecord:
         parent_id=r[15],
         idempotency_key=r[16],
         delivery=r[17],
+        cancel_requested_at=float_or_none(r[18]),
+        cancelled_by=text_or_none(r[19]),
+        progress=float_or_none(r[20]),
+        progress_note=text_or_none(r[21]),
     )
 
 

@@ -49,6 +49,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
@@ -61,6 +62,7 @@ from ..base import (
     QueueConfig,
     QueueStats,
     Reaped,
+    Renewed,
     Schedule,
     SchedulesFireParams,
     SchedulesPauseParams,
@@ -82,6 +84,7 @@ _ACK_QUERIES = {
     "retry": "jobs_ack_retry",
     "failed": "jobs_ack_failed",
     "release": "jobs_ack_release",
+    "cancelled": "jobs_ack_cancelled",
 }
 
 
@@ -266,22 +269,29 @@ class SQLiteBackend:
         )
         return [_rows.record(row) for row in rows]
 
-    def jobs_cancel(self, job_id: str) -> JobRecord:
-        """Pending -> cancelled; JobNotFound or InvalidTransition otherwise."""
+    def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
+        """Pending -> cancelled; running: a request recorded; JobNotFound or
+        InvalidTransition otherwise."""
+        job_id = params.id
         key = parse_numeric_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
+        args = {
+            "id": key,
+            "now": self.clock.now(),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
         with self._writing() as conn:
-            row = conn.execute(
-                self._q["jobs_cancel"], {"id": key, "now": self.clock.now()}
-            ).fetchone()
+            row = conn.execute(self._q["jobs_cancel"], args).fetchone()
             if row is None:
                 status = conn.execute(self._q["jobs_status"], {"id": key}).fetchone()
                 if status is None:
                     raise JobNotFound(job_id)
                 raise InvalidTransition.cannot_cancel(job_id, status[0])
             rec = _rows.record(row)
-            self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
+            if rec.status == "cancelled":  # a running job only got a request
+                self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -390,7 +400,8 @@ class SQLiteBackend:
                     args["error"] = storable(outcome.error)
                     cursor = conn.execute(sql, args)
                 if outcome.kind in FINISHED:
-                    # completed and failed return the job's queue (RETURNING), or nothing
+                    # completed, failed and cancelled return the job's queue (RETURNING), or
+                    # nothing
                     rows = cursor.fetchall()
                     if rows:
                         moved[(rows[0][0], outcome.kind)] += 1
@@ -447,22 +458,39 @@ class SQLiteBackend:
                 if due:
                     return True
 
-    def leases_renew(self, params: LeasesRenewParams) -> list[str]:
-        """Extend each lease still held; the ids whose lease was lost."""
+    def leases_renew(self, params: LeasesRenewParams) -> Renewed:
+        """Extend each lease still held, with its progress; the lost ones and the cancel
+        requests."""
+        out = Renewed()
         if not params.jobs:
-            return []
+            return out
         sql = self._q["leases_renew"]
-        lost: list[str] = []
+        progress = {p.id: p for p in params.progress}
         with self._writing() as conn:
             now = self._now(conn)
             for job_id, token in params.jobs:
                 key = parse_numeric_id(job_id)
-                if (
-                    key is None
-                    or conn.execute(sql, {"id": key, "token": token, "now": now}).rowcount != 1
-                ):
-                    lost.append(job_id)
-        return lost
+                p = progress.get(job_id)
+                row = (
+                    None
+                    if key is None
+                    else conn.execute(
+                        sql,
+                        {
+                            "id": key,
+                            "token": token,
+                            "now": now,
+                            "has_progress": p is not None,
+                            "progress": None if p is None else p.fraction,
+                            "progress_note": None if p is None else storable(p.note),
+                        },
+                    ).fetchone()
+                )
+                if row is None:
+                    out.lost.append(job_id)
+                elif row[0]:
+                    out.cancel_requested.append(job_id)
+        return out
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover running jobs whose lease lapsed, in one statement."""

@@ -81,7 +81,8 @@ WHERE q.name = :queue
 -- Python undecoded instead of raising inside sqlite3; the backend decodes them leniently.
 SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
 FROM jobs WHERE id = :id
 
 -- name: jobs_list
@@ -89,7 +90,8 @@ FROM jobs WHERE id = :id
 -- matches, which beats sorting an index range for the dashboard's small pages.
 SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
 FROM jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:status IS NULL OR status = :status)
@@ -102,7 +104,8 @@ LIMIT :limit OFFSET :offset
 -- only when the query states its condition word for word.
 SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
 FROM jobs INDEXED BY jobs_dead
 WHERE status IN ('failed', 'cancelled')
   AND status = :status
@@ -115,15 +118,26 @@ LIMIT :limit OFFSET :offset
 SELECT status FROM jobs WHERE id = :id
 
 -- name: jobs_cancel
+-- A pending job is cancelled now. A running one keeps running with a request recorded (the first
+-- request's time and author stay): its worker reads it back at its next lease renewal.
+-- Every SET expression reads the row as it was before the update.
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
 UPDATE jobs
-SET status = 'cancelled',
-    finished_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
-    token = NULL,
-    lease_expires_at = NULL
-WHERE id = :id AND status = 'pending'
+SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
+    finished_at = CASE WHEN status = 'pending' THEN (SELECT now FROM clock) ELSE finished_at END,
+    token = CASE WHEN status = 'pending' THEN NULL ELSE token END,
+    lease_expires_at = CASE WHEN status = 'pending' THEN NULL ELSE lease_expires_at END,
+    cancelled_by = CASE WHEN status = 'pending' OR cancel_requested_at IS NULL THEN :by
+                        ELSE cancelled_by END,
+    cancel_requested_at = CASE WHEN status = 'pending' OR cancel_requested_at IS NULL
+                               THEN (SELECT now FROM clock) ELSE cancel_requested_at END
+WHERE id = :id AND (status = 'pending' OR (status = 'running' AND NOT :pending_only))
 RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
           run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-          CAST(error AS BLOB), parent_id, idempotency_key, delivery
+          CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
 
 -- name: jobs_retry
 -- Re-drive: the error stays for history. The caller has checked the idempotency key inside
@@ -135,11 +149,16 @@ SET status = 'pending',
     finished_at = NULL,
     result = NULL,
     token = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    cancel_requested_at = NULL,
+    cancelled_by = NULL,
+    progress = NULL,
+    progress_note = NULL
 WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
           run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-          CAST(error AS BLOB), parent_id, idempotency_key, delivery
+          CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
 
 -- name: jobs_purge
 DELETE FROM jobs
@@ -242,6 +261,17 @@ SET status = 'failed',
 WHERE id = :id AND status = 'running' AND token = :token
 RETURNING queue
 
+-- name: jobs_ack_cancelled
+-- The handler stopped on a cancellation request.
+UPDATE jobs
+SET status = 'cancelled',
+    error = :error,
+    finished_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND status = 'running' AND token = :token
+RETURNING queue
+
 -- name: jobs_ack_release
 -- A graceful release gives the attempt back.
 UPDATE jobs
@@ -275,9 +305,14 @@ SELECT EXISTS (
 )
 
 -- name: leases_renew
+-- One held lease: renewed, with the handler's progress when :has_progress; returns whether a
+-- cancellation was asked (no row: the lease is lost).
 UPDATE jobs
-SET lease_expires_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + lease
+SET lease_expires_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + lease,
+    progress = CASE WHEN :has_progress THEN :progress ELSE progress END,
+    progress_note = CASE WHEN :has_progress THEN :progress_note ELSE progress_note END
 WHERE id = :id AND status = 'running' AND token = :token
+RETURNING cancel_requested_at IS NOT NULL
 
 -- name: leases_reap
 -- A lapsed lease spent its attempt. at_most_once jobs are never run twice; jobs without

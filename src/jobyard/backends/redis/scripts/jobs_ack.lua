@@ -5,10 +5,11 @@
 --       the queue's config sets its own retention
 --       [3] seconds a failed job is kept (0: forever)
 --       [4] JSON array of outcomes, each [group, number, token, kind, result|null, error|null,
---           delay]; kind is completed, retry, failed or release
+--           delay]; kind is completed, retry, failed, cancelled or release
 -- Touches: the settled job hashes (a completed one drops the fields only a next attempt reads;
 --          reads each queue's config); per group the claims set, the ready levels, prios and pending
---          (retry, release) or a finished state's two indexes and idem (completed, failed).
+--          (retry, release) or a finished state's two indexes and idem (completed, failed,
+--          cancelled).
 --          A job whose record turned corrupt while it ran (see fault() in _lib.lua) is failed
 --          with the reason unless the outcome completes it.
 -- Returns: the 1-based positions of the outcomes refused because the job was not running with
@@ -67,6 +68,13 @@ for i, o in ipairs(outcomes) do
         redis.call('HDEL', jk, 'error')
       end
       to_finished(k, jk, n, 'failed', now, failed_ttl)
+    elseif kind == 'cancelled' then -- the handler stopped on a cancellation request
+      redis.call('HDEL', jk, 'token', 'lease_expires_at')
+      redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now)
+      if err then
+        redis.call('HSET', jk, 'error', err)
+      end
+      to_finished(k, jk, n, 'cancelled', now, failed_ttl)
     elseif kind == 'retry' then
       redis.call('HDEL', jk, 'token', 'lease_expires_at')
       local run_at = now + o[7]

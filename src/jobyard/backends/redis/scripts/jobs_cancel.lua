@@ -1,11 +1,14 @@
--- jobs_cancel.lua: cancel one pending job.
+-- jobs_cancel.lua: cancel one pending job, or record a cancellation request on a running one
+-- (its worker reads it back from leases_renew.lua; the first request's time and author stay).
 --
 -- KEYS: the 13 keys of the job's queue (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] job number   [3] seconds a cancelled job is kept (0: forever)
--- Touches: the job hash (status cancelled, finished_at); its ready level, prios, pending;
---          cancelled and done:cancelled; idem (the key is free again).
+--       [4] who asks, "" = not said   [5] "1" = pending jobs only (a running one is refused)
+-- Touches: the job hash (status cancelled, finished_at, cancel_requested_at, cancelled_by); its
+--          ready level, prios, pending; cancelled and done:cancelled; idem (the key is free
+--          again). A running job: only cancel_requested_at and cancelled_by of its hash.
 -- Returns: {"ok", field1, value1, ...} (the job after the change), {"missing"}, or
---          {"status", current status} when the job is not pending.
+--          {"status", current status} when the job is finished (or running, with ARGV[5]).
 
 local now = now_from(ARGV[1])
 local n = ARGV[2]
@@ -17,12 +20,26 @@ local cur = redis.call('HMGET', jk, 'status', 'priority')
 if not cur[1] then
   return {'missing'}
 end
-if cur[1] ~= 'pending' then
+local by = ARGV[4]
+if cur[1] == 'running' and ARGV[5] ~= '1' then
+  if redis.call('HEXISTS', jk, 'cancel_requested_at') == 0 then
+    redis.call('HSET', jk, 'cancel_requested_at', now)
+    if by ~= '' then
+      redis.call('HSET', jk, 'cancelled_by', by)
+    end
+  end
+elseif cur[1] ~= 'pending' then
   return {'status', cur[1]}
+else
+  from_ready(k, n, cur[2])
+  redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now, 'cancel_requested_at', now)
+  if by ~= '' then
+    redis.call('HSET', jk, 'cancelled_by', by)
+  else
+    redis.call('HDEL', jk, 'cancelled_by')
+  end
+  to_finished(k, jk, n, 'cancelled', now, failed_ttl)
 end
-from_ready(k, n, cur[2])
-redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now)
-to_finished(k, jk, n, 'cancelled', now, failed_ttl)
 local out = {'ok'}
 for _, v in ipairs(record(k, n)) do
   out[#out + 1] = v

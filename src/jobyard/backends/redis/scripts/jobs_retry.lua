@@ -3,8 +3,9 @@
 -- KEYS: the 13 keys of the job's queue (see _lib.lua); then, when ARGV[3] is "1" (a single
 --       Redis node), the queue's wake list.
 -- ARGV: [1] now, "" = Redis TIME   [2] job number   [3] "1" = the wake list follows
--- Touches: the job hash (status pending, attempts 0, run_at; finished_at and result cleared,
---          error kept for history; its expiry removed); the finished state's two indexes; the
+-- Touches: the job hash (status pending, attempts 0, run_at; finished_at, result, the
+--          cancellation request and the progress cleared, error kept for history; its expiry
+--          removed); the finished state's two indexes; the
 --          ready level, prios, pending; idem (the job takes its key back).
 -- Returns: {"ok", field1, value1, ...}, {"missing"}, {"status", current status} when the job
 --          is neither failed nor cancelled, {"corrupt", reason} when its priority is unusable,
@@ -41,7 +42,8 @@ if key then
 end
 from_finished(k, n, cur[1])
 redis.call('PERSIST', jk)
-redis.call('HDEL', jk, 'finished_at', 'result', 'token', 'lease_expires_at')
+redis.call('HDEL', jk, 'finished_at', 'result', 'token', 'lease_expires_at',
+  'cancel_requested_at', 'cancelled_by', 'progress', 'progress_note')
 redis.call('HSET', jk, 'status', 'pending', 'attempts', 0, 'run_at', now)
 to_ready(k, n, cur[2], now)
 if ARGV[3] == '1' then

@@ -1,10 +1,14 @@
--- leases_renew.lua: heartbeat: push the lease of each (job, token) to now + that job's lease.
+-- leases_renew.lua: heartbeat: push the lease of each (job, token) to now + that job's lease,
+-- storing the handler's progress when given.
 --
 -- KEYS: the 13 keys of each queue group (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] seconds a failed job is kept (0: forever): a corrupt
---       record fails instead   [3] JSON array of [group, number, token]
--- Touches: lease_expires_at of the renewed job hashes; their scores in each group's claims set.
--- Returns: the 1-based positions of the jobs whose lease was lost (not running with that token).
+--       record fails instead   [3] JSON array of [group, number, token, progress|null,
+--       note|null]
+-- Touches: lease_expires_at, progress and progress_note of the renewed job hashes; their scores
+--          in each group's claims set.
+-- Returns: the 1-based positions of the jobs whose lease was lost (not running with that
+--          token), and, negated, those of the renewed jobs with a cancellation request.
 
 local now = now_from(ARGV[1])
 local failed_ttl = tonumber(ARGV[2]) or 0
@@ -30,6 +34,19 @@ for i, it in ipairs(items) do
     local expires = now + tonumber(cur[3])
     redis.call('HSET', jk, 'lease_expires_at', expires)
     redis.call('ZADD', k.claims, expires, n)
+    local progress = nz(it[4])
+    if progress then
+      redis.call('HSET', jk, 'progress', progress)
+      local note = nz(it[5])
+      if note then
+        redis.call('HSET', jk, 'progress_note', note)
+      else
+        redis.call('HDEL', jk, 'progress_note')
+      end
+    end
+    if redis.call('HEXISTS', jk, 'cancel_requested_at') == 1 then
+      lost[#lost + 1] = -i
+    end
   end
 end
 return lost
