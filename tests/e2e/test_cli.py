@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import jobyard
-from jobyard.backends.base import STATUSES
+from jobyard.backends.base import STATUSES, JobsClaimParams, LeasesRenewParams, Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.e2e.cli_app:app"
@@ -294,6 +294,27 @@ def test_cancel_retry_and_purge(cli: Cli) -> None:
     assert cli.ok("purge", APP, "--status", "cancelled").strip() == "purged 1 job(s)"
     assert_one_line_error(cli("show", APP, job_id), job_id)
     assert cli.json("show", APP, keep)["status"] == "pending"
+
+
+def test_cancel_of_a_running_job_is_a_request_shown_with_its_progress(
+    cli: Cli, app: jobyard.App
+) -> None:
+    # given a running job that reported progress (claimed and renewed here, as a worker would)
+    job_id = cli.enqueue("greet", "--args", '["a"]')
+    (claimed,) = app.backend.jobs_claim(JobsClaimParams("w", ["mail"], 1))
+    beat = LeasesRenewParams("w", [(job_id, claimed.token)], [Progress(job_id, 0.4, "4 of 10")])
+    app.backend.leases_renew(beat)
+
+    # when it is cancelled from the command line, the request is recorded, not refused
+    assert "cancellation requested" in cli.ok("cancel", APP, job_id, "--by", "ops")
+
+    # then show prints who asked, when, and how far the job got
+    shown = cli.json("show", APP, job_id)
+    assert (shown["status"], shown["cancelled_by"]) == ("running", "ops")
+    assert shown["cancel_requested_at"] is not None
+    assert (shown["progress"], shown["progress_note"]) == (0.4, "4 of 10")
+    text = cli.ok("show", APP, job_id)
+    assert "cancelled_by" in text and "4 of 10" in text
 
 
 def fail_one(cli: Cli, app: jobyard.App) -> str:
