@@ -207,7 +207,7 @@ class App:
 
     def after_job(self, fn: Callable[[JobEvent], object]) -> Callable[[JobEvent], object]:
         """Call ``fn(JobEvent)`` in the worker after each attempt, with its outcome: completed,
-        retry, failed, dead or released (see :mod:`jobyard.hooks`)."""
+        retry, failed, dead, released or cancelled (see :mod:`jobyard.hooks`)."""
         self.hooks.add("after_job", fn)
         return fn
 

@@ -57,6 +57,8 @@ def test_an_async_handler_is_cancelled_and_the_job_ends_cancelled(
 def test_a_sync_handler_sees_the_request_and_stops(make_app: Callable[..., jobyard.App]) -> None:
     app = make_app()
     started = threading.Event()
+    outcomes: list[str | None] = []
+    app.after_job(lambda event: outcomes.append(event.outcome))
 
     @app.job(lease=LEASE)
     def resize(n: int) -> int:
@@ -75,6 +77,8 @@ def test_a_sync_handler_sees_the_request_and_stops(make_app: Callable[..., jobya
         job = wait_until(lambda: finished(app, handle.id), what="the job to finish")
     assert (job.status, job.cancelled_by) == ("cancelled", "bob")
     assert job.attempts == 1  # not retried
+    # what the after_job hooks hear (they run just after the outcome is queued for the store)
+    wait_until(lambda: outcomes == ["cancelled"], what="the after_job hook")
 
 
 def test_a_handler_that_ignores_the_request_keeps_its_outcome(
