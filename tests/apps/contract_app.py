@@ -19,7 +19,11 @@ SINK = Path(os.environ.get("JOBYARD_SINK", "."))
 def mark(kind: str, tag: str, text: str = "") -> None:
     """Record one event as its own file: ``<kind>.<tag>.<unique>``."""
     name = f"{kind}.{tag}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-    (SINK / name).write_text(text or f"{time.time():.6f}")
+    # Written aside, then renamed: a test that sees the mark and SIGKILLs the worker at once
+    # must never find it empty.
+    aside = SINK / f".{name}"
+    aside.write_text(text or f"{time.time():.6f}")
+    os.replace(aside, SINK / name)
 
 
 def marks(sink: Path, kind: str, tag: str = "") -> list[Path]:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 
@@ -134,7 +135,7 @@ def connect(path: str) -> sqlite3.Connection:
         # A TEXT value that is not UTF-8 (written by another program) must not make a whole
         # listing or claim fail: the bad bytes read as U+FFFD.
         conn.text_factory = _lenient_text
-        conn.execute("PRAGMA journal_mode = WAL")
+        _wal(conn)
         # NORMAL in WAL mode loses no committed transaction on a process crash, only possibly
         # the last ones on power loss, and saves an fsync per commit.
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -142,6 +143,22 @@ def connect(path: str) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         raise ConfigurationError(f"cannot open SQLite store {path!r}: {exc}") from exc
     return conn
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """Switch to WAL. On a new file that other processes open at the same moment, the switch
+    can answer "database is locked" at once, without waiting out the busy timeout: so it is
+    tried again until the timeout has passed."""
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            locked = "locked" in str(exc) or "busy" in str(exc)
+            if not locked or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager
