@@ -355,6 +355,29 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
+# (handler, job name, positional count, keyword names) -> why that call shape cannot bind, or
+# None: whether a call binds depends on its shape only, so each shape is checked once.
+_SHAPES: dict[tuple[Callable[..., Any], str, int, tuple[str, ...]], str | None] = {}
+
+
+def _bind_problem(
+    signature: inspect.Signature, label: str, nargs: int, names: tuple[str, ...]
+) -> str | None:
+    """Why the handler ``label`` cannot take ``nargs`` positional arguments and the keywords
+    ``names`` (None if it can)."""
+    try:
+        signature.bind(*([None] * nargs), **dict.fromkeys(names))
+    except TypeError as exc:
+        plain = signature.replace(
+            parameters=[
+                p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()
+            ],
+            return_annotation=inspect.Signature.empty,
+        )
+        return f"{label}{plain}: {exc}"
+    return None
+
+
 class JobFunction(Generic[P, R]):
     """A handler registered with ``@app.job``: call it directly, or enqueue it."""
 
@@ -374,17 +397,15 @@ class JobFunction(Generic[P, R]):
         than on the worker, attempt after attempt."""
         if self.signature is None:
             return
+        shape = (self.func, self.name, len(args), tuple(kwargs) if kwargs else ())
         try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            plain = self.signature.replace(
-                parameters=[
-                    p.replace(annotation=inspect.Parameter.empty)
-                    for p in self.signature.parameters.values()
-                ],
-                return_annotation=inspect.Signature.empty,
-            )
-            raise TypeError(f"{self.name}{plain}: {exc}") from None
+            problem = _SHAPES[shape]
+        except KeyError:
+            if len(_SHAPES) >= 4096:
+                _SHAPES.clear()
+            problem = _SHAPES[shape] = _bind_problem(self.signature, *shape[1:])
+        if problem is not None:
+            raise TypeError(problem)
 
     def _new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
         self.check_call(args, kwargs)
