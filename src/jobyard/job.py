@@ -300,6 +300,7 @@ def _bad_key(value: Any) -> object:
 
 
 _NO_BAD_KEY = object()
+_CONTAINERS = (dict, list, tuple)
 
 
 def _key_error(label: str, key: object) -> TypeError:
@@ -313,11 +314,12 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     except (TypeError, ValueError, RecursionError):
         pass
     else:
+        # Only a dict can hold a key JSON would turn into a string: scan the containers alone.
         for i, a in enumerate(args):
-            if (key := _bad_key(a)) is not _NO_BAD_KEY:
+            if isinstance(a, _CONTAINERS) and (key := _bad_key(a)) is not _NO_BAD_KEY:
                 raise _key_error(f"argument {i}", key)
         for name, v in kwargs.items():
-            if (key := _bad_key(v)) is not _NO_BAD_KEY:
+            if isinstance(v, _CONTAINERS) and (key := _bad_key(v)) is not _NO_BAD_KEY:
                 raise _key_error(f"argument {name!r}", key)
         return text
     named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
