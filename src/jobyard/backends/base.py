@@ -194,9 +194,9 @@ class NewJob:
     parent_id: str | None = None
 
     def __post_init__(self) -> None:
-        if self.priority == 0 and self.delay == 0.0 and self.run_at is None:
-            if type(self.priority) is int and type(self.delay) in (int, float):
-                return  # the defaults: nothing to check (most jobs, and every bulk enqueue)
+        defaults = self.priority == 0 and self.delay == 0.0 and self.run_at is None
+        if defaults and type(self.priority) is int and type(self.delay) in (int, float):
+            return  # nothing to check (most jobs, and every bulk enqueue)
         check_priority(self.priority)
         check_delay(self.delay, -MAX_DELAY)  # the store may be asked for an instant past
         check_run_at(self.run_at)
