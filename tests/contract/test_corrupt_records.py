@@ -155,3 +155,54 @@ def test_a_corrupt_record_still_lists_and_shows(
         assert [j.id for j in app.jobs(limit=10)] == [h.id for h in reversed(handles)]
     finally:
         app.close()
+
+
+def corrupt_schedule(kind: str, url: str, app: jobyard.App, name: str) -> None:
+    """Write text that is not JSON over one stored schedule's job, behind jobyard's back."""
+    backend: Any = app.backend
+    if kind in ("redis", "redis_cluster"):
+        queue = backend.client.hget(backend.keys.schedules, name)
+        backend.client.hset(backend.keys.schedule(queue, name), "job", "{not json")
+    elif kind == "sqlite":
+        with sqlite3.connect(backend.path, isolation_level=None, timeout=10) as conn:
+            conn.execute("UPDATE schedules SET job = '{not json' WHERE name = ?", [name])
+    elif kind == "postgres":
+        from tests.postgres.support import admin, schema_of
+
+        conn = admin()
+        with conn.transaction():
+            conn.execute("SELECT set_config('search_path', %s, true)", [schema_of(url)])
+            conn.execute("UPDATE recurring_jobs SET job = '{not json' WHERE name = %s", [name])
+    else:
+        pytest.skip(f"{kind}: records cannot be written behind the App's back")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis", "redis_cluster"])
+def test_a_corrupt_schedule_is_left_out_and_the_others_still_tick(
+    kind: str, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jobyard.worker import recurring
+
+    url = make_store_url(kind, tmp_path)
+    clock = jobyard.FrozenClock(1_800_000_000.0)
+    app = jobyard.App(url, clock=clock)
+    try:
+
+        @app.job
+        def ping() -> None:
+            pass
+
+        app.schedule("* * * * *", ping, name="good")
+        app.schedule("* * * * *", ping, name="bad")
+        app.sync_schedules()
+        corrupt_schedule(kind, url, app, "bad")
+
+        # listing leaves the corrupt one out, with a warning naming why
+        assert [s.name for s in app.stored_schedules()] == ["good"]
+        assert any("corrupt schedule record" in r.getMessage() for r in caplog.records)
+        # and the worker's ticks still fire the healthy one
+        clock.advance(61)
+        assert recurring.tick(app.backend) == ["good"]
+        assert [j.name for j in app.jobs(limit=10)] == ["ping"]
+    finally:
+        app.close()

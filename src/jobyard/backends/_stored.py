@@ -6,6 +6,14 @@ once it is made :func:`storable`.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+log = logging.getLogger("jobyard.store")
+R = TypeVar("R")
+S = TypeVar("S")
+
 _MAX_KEY = 2**63 - 1  # INTEGER PRIMARY KEY (SQLite) and bigint (PostgreSQL)
 
 
@@ -27,3 +35,17 @@ def storable(value: str | None) -> str | None:
         return value
     escaped = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return escaped.replace("\x00", "\\x00")
+
+
+def readable(rows: Iterable[R], read: Callable[[R], S], what: str) -> list[S]:
+    """``read`` applied to each stored row; a row that cannot be read (a field missing or of the
+    wrong type, JSON that does not parse: written by hand or by another program) is left out
+    with one warning naming it, so it fails alone instead of taking every listing, and the
+    worker's ticks, down with it."""
+    out: list[S] = []
+    for row in rows:
+        try:
+            out.append(read(row))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            log.warning("corrupt %s record skipped: %s: %s", what, type(exc).__name__, exc)
+    return out

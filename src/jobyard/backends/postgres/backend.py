@@ -33,7 +33,7 @@ from psycopg_pool import ConnectionPool
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
 from .. import mask_url
-from .._stored import parse_numeric_id, storable
+from .._stored import parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
@@ -674,21 +674,7 @@ class PostgresBackend:
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule, by name."""
         rows = self._run(lambda c: self._fetch(c, Q.schedules_list))
-        return [
-            Schedule(
-                r[0],
-                r[1] or None,  # empty: an interval schedule
-                NewJob.from_json(r[2]),
-                bool(r[3]),
-                r[4],
-                r[5],
-                every=r[6],
-                timezone=r[7],
-                catch_up=r[8],
-                paused=bool(r[9]),
-            )
-            for r in rows
-        ]
+        return readable(rows, _schedule_of, "schedule")
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Fire a due tick: move the schedule on and insert its job in one transaction; None
@@ -736,3 +722,19 @@ class PostgresBackend:
             self._closed = True
         self._listener.stop()
         self._pool.close()
+
+
+def _schedule_of(r: Row) -> Schedule:
+    """A row of ``schedules_list``."""
+    return Schedule(
+        r[0],
+        r[1] or None,  # empty: an interval schedule
+        NewJob.from_json(r[2]),
+        bool(r[3]),
+        r[4],
+        r[5],
+        every=r[6],
+        timezone=r[7],
+        catch_up=r[8],
+        paused=bool(r[9]),
+    )

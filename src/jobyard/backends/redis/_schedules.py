@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ...errors import QueueFull
+from .._stored import readable
 from ..base import (
     DEFAULT_MAX_ATTEMPTS,
     CatchUp,
@@ -106,25 +107,23 @@ def list_all(c: Core) -> list[Schedule]:
         rows: list[dict[str, str]] = pipe.execute()
         return rows
 
-    out = []
-    for name, h in zip(names, c.call(fetch), strict=True):
-        if not h:
-            continue
-        out.append(
-            Schedule(
-                name=name,
-                cron=h["cron"] or None,  # empty: an interval schedule
-                job=_job_of(index[name], h["job"]),
-                active=h.get("active") == "1",
-                next_run_at=_opt(h.get("next_run_at")),
-                last_run_at=_opt(h.get("last_run_at")),
-                every=_opt(h.get("every") or None),
-                timezone=h.get("timezone") or "UTC",
-                catch_up=_catch_up(h.get("catch_up")),
-                paused=h.get("paused") == "1",
-            )
+    def read(pair: tuple[str, dict[str, str]]) -> Schedule:
+        name, h = pair
+        return Schedule(
+            name=name,
+            cron=h["cron"] or None,  # empty: an interval schedule
+            job=_job_of(index[name], h["job"]),
+            active=h.get("active") == "1",
+            next_run_at=_opt(h.get("next_run_at")),
+            last_run_at=_opt(h.get("last_run_at")),
+            every=_opt(h.get("every") or None),
+            timezone=h.get("timezone") or "UTC",
+            catch_up=_catch_up(h.get("catch_up")),
+            paused=h.get("paused") == "1",
         )
-    return out
+
+    stored = [(n, h) for n, h in zip(names, c.call(fetch), strict=True) if h]
+    return readable(stored, read, "schedule")
 
 
 def skip(c: Core, params: SchedulesSkipParams) -> bool:

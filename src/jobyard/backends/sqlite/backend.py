@@ -37,7 +37,7 @@ from ...errors import (
     QueueFull,
     SchemaError,
 )
-from .._stored import parse_numeric_id, storable
+from .._stored import parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
@@ -625,7 +625,7 @@ class SQLiteBackend:
     def schedules_list(self) -> list[Schedule]:
         """Every stored schedule, by name."""
         rows = self._conns.get().execute(self._q["schedules_list"]).fetchall()
-        return [_rows.schedule(r) for r in rows]
+        return readable(rows, _rows.schedule, "schedule")
 
     def schedules_fire(self, params: SchedulesFireParams) -> Inserted | None:
         """Move the schedule past ``fire_at`` and insert its job, atomically; None if the tick
