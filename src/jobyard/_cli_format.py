@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.console import Console
 
-from ._secrets import scrub
 from .job import Job
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -93,11 +92,6 @@ def _json_option(kind: type) -> Any:
 
 
 # --- output -------------------------------------------------------------------------------------
-
-
-def _scrub(message: str) -> str:
-    """Mask every credential in ``message`` (a driver's error may quote its DSN)."""
-    return scrub(message)
 
 
 def _console() -> Console:

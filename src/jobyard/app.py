@@ -305,7 +305,7 @@ class App:
 
     def purge_preview(
         self,
-        statuses: Sequence[str] = ("completed", "failed", "cancelled"),
+        statuses: Sequence[str] = FINISHED,
         older_than: float = 0.0,
         queue: str | None = None,
     ) -> dict[str, int]:

@@ -29,11 +29,11 @@ from ._cli_format import (
     _iso,
     _json_option,
     _last_line,
-    _scrub,
     _when,
     format_duration,
     job_to_dict,
 )
+from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
 from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, Schedule
@@ -801,7 +801,7 @@ def demo(orders: int, db: str | None, workers: int, concurrency: int) -> None:
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    line = " ".join(_scrub(message).split())
+    line = " ".join(scrub(message).split())  # a driver's error may quote its DSN
     click.echo(f"error: {line}", err=True)
     sys.exit(code)
 

@@ -292,10 +292,10 @@ def _bad_key(value: Any) -> object:
             for k, v in item.items():
                 if not isinstance(k, str):
                     return k
-                if isinstance(v, dict | list | tuple):
+                if isinstance(v, _CONTAINERS):
                     stack.append(v)
         elif isinstance(item, list | tuple):
-            stack.extend(v for v in item if isinstance(v, dict | list | tuple))
+            stack.extend(v for v in item if isinstance(v, _CONTAINERS))
     return _NO_BAD_KEY
 
 

@@ -688,7 +688,7 @@ def test_a_store_that_is_down_fails_fast_with_the_real_cause(
     ],
 )
 def test_error_lines_mask_url_passwords(message: str, shown: str) -> None:
-    from jobyard._cli_format import _scrub
+    from jobyard._secrets import scrub as _scrub
 
     assert shown in _scrub(message)
     assert "hunter2" not in _scrub(message) and ":p@" not in _scrub(message)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobyard.backends import open_backend as open_by_url
+from jobyard.backends._sqlfiles import parse_blocks
 from jobyard.backends.sqlite import _sql
 from jobyard.backends.sqlite.backend import SQLiteBackend
 from jobyard.clock import SystemClock
@@ -169,11 +170,11 @@ SELECT 1;
 -- name: two
 SELECT 2
 """
-    assert _sql.parse_queries(text) == {"one": "-- what it does\nSELECT 1", "two": "SELECT 2"}
+    assert parse_blocks(text) == {"one": "-- what it does\nSELECT 1", "two": "SELECT 2"}
     with pytest.raises(ValueError, match="twice"):
-        _sql.parse_queries("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+        parse_blocks("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
     with pytest.raises(ValueError, match="empty"):
-        _sql.parse_queries("-- name: a\n-- nothing\n")
+        parse_blocks("-- name: a\n-- nothing\n")
 
 
 def test_migration_scripts_split_on_real_statement_ends() -> None:

@@ -34,6 +34,7 @@ ACTIVE: tuple[str, ...] = ("pending", "running")  # where an idempotency key is 
 REDRIVABLE: tuple[str, ...] = ("failed", "cancelled")  # what retry(id) moves back to pending
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_LEASE = 30.0
+DEFAULT_FORGET_AFTER = 60.0  # seconds of silence after which a worker counts as gone
 # Bounds every store can hold and every listing can show (a datetime ends in year 9999):
 # checked when a job is made (NewJob), so no store ever receives a value outside them.
 PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1  # PostgreSQL's integer
@@ -400,7 +401,7 @@ class WorkersBeatParams:
     stopping: bool = False
     # This worker counts as gone once it has been silent this long (its beat interval times a
     # margin); stored with it, so any worker's beat and ``workers_list`` drop it after that.
-    forget_after: float = 60.0
+    forget_after: float = DEFAULT_FORGET_AFTER
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
 from .base import (
     ACTIVE,
     AT_MOST_ONCE_LOST_ERROR,
+    DEFAULT_FORGET_AFTER,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     REDRIVABLE,
@@ -433,7 +434,7 @@ class MemoryBackend:
 
     def _forget_workers(self, now: float) -> None:
         for wid, info in list(self._workers.items()):
-            if info.last_seen < now - self._forget_after.get(wid, 60.0):
+            if info.last_seen < now - self._forget_after.get(wid, DEFAULT_FORGET_AFTER):
                 del self._workers[wid]
                 self._forget_after.pop(wid, None)
 

@@ -95,7 +95,8 @@ class Worker:
         self.pace = Pace(concurrency, None if prefetch is None else max(prefetch, 0), hold)
         # Outcomes waiting for their acknowledgement beyond this stop the claims: a store that
         # cannot keep up with the acks is not handed more work.
-        self._backlog = max(2 * (concurrency + 8 * concurrency), 64)
+        # (Twice the slots plus the largest adaptive buffer, 8 per slot.)
+        self._backlog = max(18 * concurrency, 64)
         self._threads_wanted = 1 if all_async else concurrency
         self.grace = grace
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"

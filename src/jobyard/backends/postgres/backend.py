@@ -362,7 +362,7 @@ class PostgresBackend:
         args = {
             "now": self.clock.now(),
             "id": number,
-            "by": None if params.by is None else storable(params.by),
+            "by": storable(params.by),
             "pending_only": params.pending_only,
         }
         rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel, args))
@@ -465,25 +465,26 @@ class PostgresBackend:
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; the lost ones and the cancel requests."""
         pairs = list(params.jobs)
-        valid = [(n, token) for jid, token in pairs if (n := parse_numeric_id(jid)) is not None]
+        numbers = {jid: parse_numeric_id(jid) for jid, _ in pairs}  # parsed once per renewal
+        valid = [(n, token) for jid, token in pairs if (n := numbers[jid]) is not None]
         if not valid:
             return Renewed(lost=[jid for jid, _ in pairs])
         progress = {p.id: p for p in params.progress}
-        sent = [progress.get(jid) for jid, _ in pairs if parse_numeric_id(jid) is not None]
+        sent = [progress.get(jid) for jid, _ in pairs if numbers[jid] is not None]
         args = {
             "now": self.clock.now(),
             "ids": [n for n, _ in valid],
             "tokens": [t for _, t in valid],
             "has_progress": [p is not None for p in sent],
             "progress": [None if p is None else p.fraction for p in sent],
-            "notes": [None if p is None or p.note is None else storable(p.note) for p in sent],
+            "notes": [None if p is None else storable(p.note) for p in sent],
             "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_renew, args))
         lost = {str(r[0]) for r in rows if r[1] == "lost"}
         asked = {str(r[0]) for r in rows if r[1] == "cancel"}
         return Renewed(
-            lost=[jid for jid, _ in pairs if jid in lost or parse_numeric_id(jid) is None],
+            lost=[jid for jid, _ in pairs if jid in lost or numbers[jid] is None],
             cancel_requested=[jid for jid, _ in pairs if jid in asked],
         )
 

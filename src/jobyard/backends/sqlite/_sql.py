@@ -7,10 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from functools import cache
 
-from .._sqlfiles import parse_blocks, read_migrations, read_queries
-
-# The block format is shared with PostgreSQL's queries.sql.
-parse_queries = parse_blocks
+from .._sqlfiles import read_migrations, read_queries
 
 
 def split_statements(script: str) -> list[str]:

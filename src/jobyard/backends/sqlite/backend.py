@@ -290,7 +290,7 @@ class SQLiteBackend:
                     raise JobNotFound(job_id)
                 raise InvalidTransition.cannot_cancel(job_id, status[0])
             rec = _rows.record(row)
-            if rec.status == "cancelled":  # a running job only got a request
+            if rec.status == "cancelled":  # a pending job was; a running one only got a request
                 self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
 
