@@ -28,10 +28,13 @@ Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
 OutcomeKind = Literal["completed", "retry", "failed", "release", "cancelled"]
 
-STATUSES: tuple[str, ...] = ("pending", "running", "completed", "failed", "cancelled")
+# ``waiting``: a workflow step whose inputs (``NewJob.after``) have not all completed yet; the
+# store moves it to ``pending`` when the last of them completes (see ``jobs_ack``).
+STATUSES: tuple[str, ...] = ("waiting", "pending", "running", "completed", "failed", "cancelled")
 FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")  # a job never leaves these
 ACTIVE: tuple[str, ...] = ("pending", "running")  # where an idempotency key is held
 REDRIVABLE: tuple[str, ...] = ("failed", "cancelled")  # what retry(id) moves back to pending
+CANCELLABLE: tuple[str, ...] = ("waiting", "pending")  # what cancel(id) finishes at once
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_LEASE = 30.0
 DEFAULT_FORGET_AFTER = 60.0  # seconds of silence after which a worker counts as gone
@@ -80,6 +83,11 @@ class JobRecord:
     # The handler's latest ``current_job().progress``, as of the worker's last renewal.
     progress: float | None = None
     progress_note: str | None = None
+    # Workflows (chains and groups): the workflow the job belongs to, the jobs whose completion
+    # it waits for (its inputs, in order) and the jobs waiting for it.
+    workflow_id: str | None = None
+    depends_on: tuple[str, ...] = ()
+    dependents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,14 @@ class NewJob:
     delivery: Delivery = "at_least_once"
     idempotency_key: str | None = None
     parent_id: str | None = None
+    # A workflow step (chains and groups; the core sets these, never a user):
+    # ``workflow_id`` groups a workflow's jobs (``JobsListParams.workflow_id`` finds them);
+    # ``after`` holds the positions, in the same insert batch and before this job, of the jobs
+    # it waits for. A job with ``after`` is inserted ``waiting`` and becomes ``pending`` when
+    # each of them has completed (never before its own run_at). Such batches carry no
+    # idempotency keys.
+    workflow_id: str | None = None
+    after: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         defaults = self.priority == 0 and self.delay == 0.0 and self.run_at is None
@@ -219,7 +235,12 @@ _NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
 
 @dataclass(frozen=True, slots=True)
 class JobsInsertParams:
-    """Insert jobs in one round trip. All or nothing: a full queue refuses the whole batch."""
+    """Insert jobs in one round trip. All or nothing: a full queue refuses the whole batch.
+
+    A job with ``after`` is stored ``waiting`` with ``depends_on`` the ids of those positions
+    (in that order), and each of those jobs lists it in ``dependents``. ``waiting`` jobs do not
+    count against ``max_pending``.
+    """
 
     jobs: Sequence[NewJob]
     # A caller's open connection (PostgreSQL): the jobs commit or roll back with its transaction.
@@ -263,7 +284,15 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class JobsAckParams:
-    """Settle a batch of claimed jobs. Each takes effect only if its token still matches."""
+    """Settle a batch of claimed jobs. Each takes effect only if its token still matches.
+
+    A ``completed`` outcome that takes effect also releases the job's ``dependents``: one whose
+    ``depends_on`` have now all completed moves ``waiting`` -> ``pending`` (run_at: the later of
+    now and its own) and wakes the workers, in the same atomic move as the completion, so a
+    dependent is released exactly once however its inputs' completions race. A store that cannot
+    make both one move (Redis Cluster, across hash slots) records the release as owed with the
+    completion and pays it before ``jobs_ack`` returns, or in ``leases_reap`` if the caller died.
+    """
 
     outcomes: Sequence[Outcome]
     connection: Any = None  # PostgreSQL: commit the acks inside the handler's transaction
@@ -314,7 +343,7 @@ class Renewed:
 
 @dataclass(frozen=True, slots=True)
 class JobsCancelParams:
-    """Cancel a job: a pending one at once, a running one by recording a request."""
+    """Cancel a job: a waiting or pending one at once, a running one by recording a request."""
 
     id: str
     by: str | None = None  # who asked (free text)
@@ -366,6 +395,8 @@ class JobsListParams:
     name: str | None = None
     limit: int = 50
     offset: int = 0
+    workflow_id: str | None = None  # the jobs of one workflow
+    ids: Sequence[str] | None = None  # only these jobs (unknown ids are left out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,9 +561,9 @@ class Backend(Protocol):
         ...
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
-        """Cancel a pending job at once; on a running job record a cancellation request (the
-        first request's time and author are kept). Raise JobNotFound, or InvalidTransition if
-        the job is finished."""
+        """Cancel a waiting or pending job at once; on a running job record a cancellation
+        request (the first request's time and author are kept). Raise JobNotFound, or
+        InvalidTransition if the job is finished."""
         ...
 
     def jobs_retry(self, job_id: str) -> JobRecord:

@@ -17,6 +17,7 @@ from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
 from .base import (
     ACTIVE,
     AT_MOST_ONCE_LOST_ERROR,
+    CANCELLABLE,
     DEFAULT_FORGET_AFTER,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
@@ -35,6 +36,7 @@ from .base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
+    NewJob,
     QueueConfig,
     QueueStats,
     Reaped,
@@ -59,6 +61,7 @@ class _Row:
     lease: float
     token: str | None = None
     lease_expires_at: float | None = None
+    waits: int = 0  # inputs of a waiting job not completed yet
 
 
 class MemoryBackend:
@@ -110,6 +113,7 @@ class MemoryBackend:
             now = self._now()
             out: list[Inserted] = []
             fresh: list[_Row] = []
+            at: list[_Row] = []  # the row of each batch position (workflow steps point here)
             batch_keys: dict[tuple[str, str], str] = {}
             for job in params.jobs:
                 key = job.idempotency_key
@@ -118,36 +122,16 @@ class MemoryBackend:
                     held = batch_keys.get((job.queue, key))
                 if held is not None:
                     out.append(Inserted(held, False))
+                    at.append(self._rows.get(held) or next(r for r in fresh if r.rec.id == held))
                     continue
-                queue = self._queues.get(job.queue)
-                job_id = str(next(self._ids))
-                rec = JobRecord(
-                    id=job_id,
-                    name=job.name,
-                    queue=job.queue,
-                    payload=job.payload,
-                    status="pending",
-                    priority=job.priority,
-                    attempts=0,
-                    max_attempts=job.max_attempts
-                    or (queue.max_attempts if queue and queue.max_attempts else None)
-                    or DEFAULT_MAX_ATTEMPTS,
-                    run_at=job.run_at if job.run_at is not None else now + job.delay,
-                    created_at=now,
-                    started_at=None,
-                    finished_at=None,
-                    worker_id=None,
-                    result=None,
-                    error=None,
-                    parent_id=job.parent_id,
-                    idempotency_key=key,
-                    delivery=job.delivery,
-                )
-                backoff = job.backoff or (queue.backoff if queue else None)
-                fresh.append(_Row(rec, backoff, job.timeout, job.lease))
+                row = self._new_row(job, now)
+                if job.after:
+                    self._wait_on(row, [at[i] for i in job.after])
+                fresh.append(row)
+                at.append(row)
                 if key is not None:
-                    batch_keys[(job.queue, key)] = job_id
-                out.append(Inserted(job_id, True))
+                    batch_keys[(job.queue, key)] = row.rec.id
+                out.append(Inserted(row.rec.id, True))
             for queue_name in {row.rec.queue for row in fresh}:
                 cfg = self._queues.get(queue_name)
                 if cfg is None or cfg.max_pending is None:
@@ -157,7 +141,9 @@ class MemoryBackend:
                     for r in self._rows.values()
                     if r.rec.queue == queue_name and r.rec.status == "pending"
                 )
-                adding = sum(1 for r in fresh if r.rec.queue == queue_name)
+                adding = sum(
+                    1 for r in fresh if r.rec.queue == queue_name and r.rec.status == "pending"
+                )
                 if pending + adding > cfg.max_pending:
                     raise QueueFull(queue_name, cfg.max_pending)
             for row in fresh:
@@ -166,6 +152,52 @@ class MemoryBackend:
                 self._inserts += 1
                 self._lock.notify_all()
             return out
+
+    def _new_row(self, job: NewJob, now: float) -> _Row:
+        queue = self._queues.get(job.queue)
+        rec = JobRecord(
+            id=str(next(self._ids)),
+            name=job.name,
+            queue=job.queue,
+            payload=job.payload,
+            status="pending",
+            priority=job.priority,
+            attempts=0,
+            max_attempts=job.max_attempts
+            or (queue.max_attempts if queue and queue.max_attempts else None)
+            or DEFAULT_MAX_ATTEMPTS,
+            run_at=job.run_at if job.run_at is not None else now + job.delay,
+            created_at=now,
+            started_at=None,
+            finished_at=None,
+            worker_id=None,
+            result=None,
+            error=None,
+            parent_id=job.parent_id,
+            idempotency_key=job.idempotency_key,
+            delivery=job.delivery,
+            workflow_id=job.workflow_id,
+        )
+        backoff = job.backoff or (queue.backoff if queue else None)
+        return _Row(rec, backoff, job.timeout, job.lease)
+
+    @staticmethod
+    def _wait_on(row: _Row, inputs: list[_Row]) -> None:
+        """Make ``row`` a workflow step ``waiting`` on ``inputs``."""
+        row.rec = replace(row.rec, status="waiting", depends_on=tuple(r.rec.id for r in inputs))
+        row.waits = len(inputs)
+        for r in inputs:
+            r.rec = replace(r.rec, dependents=(*r.rec.dependents, row.rec.id))
+
+    def _release(self, row: _Row, now: float) -> None:
+        """``row`` completed: its dependents whose inputs have all completed become pending."""
+        for dep_id in row.rec.dependents:
+            dep = self._rows.get(dep_id)
+            if dep is None or dep.rec.status != "waiting":
+                continue
+            dep.waits -= 1
+            if dep.waits == 0:
+                dep.rec = replace(dep.rec, status="pending", run_at=max(dep.rec.run_at, now))
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or None."""
@@ -176,10 +208,16 @@ class MemoryBackend:
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
         """Newest first."""
         with self._lock:
+            rows = (
+                self._rows.values()
+                if params.ids is None
+                else [self._rows[i] for i in dict.fromkeys(params.ids) if i in self._rows]
+            )
             recs = [
                 r.rec
-                for r in self._rows.values()
+                for r in rows
                 if (params.queue is None or r.rec.queue == params.queue)
+                and (params.workflow_id is None or r.rec.workflow_id == params.workflow_id)
                 and (params.status is None or r.rec.status == params.status)
                 and (params.name is None or r.rec.name == params.name)
             ]
@@ -193,12 +231,12 @@ class MemoryBackend:
         return row
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
-        """Pending -> cancelled; running: a request recorded once."""
+        """Waiting or pending -> cancelled; running: a request recorded once."""
         with self._lock:
             row = self._row(params.id)
             now = self._now()
             rec = row.rec
-            if rec.status == "pending":
+            if rec.status in CANCELLABLE:
                 row.rec = replace(
                     rec,
                     status="cancelled",
@@ -336,6 +374,7 @@ class MemoryBackend:
                 rec = row.rec
                 if out.kind == "completed":
                     row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
+                    self._release(row, now)
                 elif out.kind == "failed":
                     row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
                 elif out.kind == "cancelled":
