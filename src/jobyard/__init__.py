@@ -23,16 +23,19 @@ from .hooks import EnqueueEvent, JobEvent
 from .job import Job, JobFunction, JobHandle, Status
 from .retry import Backoff
 from .worker.executor import JobContext, current_job
+from .workflow import Chain, Group, Signature, Workflow, WorkflowHandle, chain, group
 
 __all__ = [
     "App",
     "Backoff",
+    "Chain",
     "Clock",
     "ConfigurationError",
     "Drop",
     "DuplicateJob",
     "EnqueueEvent",
     "FrozenClock",
+    "Group",
     "InvalidTransition",
     "Job",
     "JobCancelled",
@@ -47,10 +50,15 @@ __all__ = [
     "QueueFull",
     "Retry",
     "SchemaError",
+    "Signature",
     "Status",
     "StoreUnavailable",
     "SystemClock",
     "WorkerInfo",
+    "Workflow",
+    "WorkflowHandle",
+    "chain",
     "current_job",
+    "group",
 ]
 __version__ = "0.1.0"

@@ -35,6 +35,7 @@ from .errors import ConfigurationError, InvalidTransition, JobNotFound
 from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
 from .retry import Backoff, as_backoff
+from .workflow import MAX_WORKFLOW, Workflow, build_workflow, place_of
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -264,6 +265,29 @@ class App:
             return Job.from_record(self.backend.jobs_cancel(params))
         except JobNotFound as exc:
             raise self._with_hint(exc) from None
+
+    def workflow(self, workflow_id: str) -> Workflow:
+        """A chain or group as stored: its jobs in order, their statuses and its tree
+        (``app.get(id).workflow_id`` names the workflow of any of its jobs)."""
+        recs = self.backend.jobs_list(JobsListParams(workflow_id=workflow_id, limit=MAX_WORKFLOW))
+        if not recs:
+            raise JobNotFound(f"workflow {workflow_id}")
+        places = {r.id: place_of(r.payload) or "c0" for r in recs}
+        return build_workflow(workflow_id, [Job.from_record(r) for r in recs], places)
+
+    def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> Workflow:
+        """Cancel a chain or group: what has not run yet is cancelled, the running jobs are asked
+        to stop (as :meth:`cancel`), the finished ones are left as they are."""
+        flow = self.workflow(workflow_id)
+        # Later steps first, so none is released by an input's completion meanwhile and run.
+        for job in reversed(flow.jobs):
+            if job.status.finished:
+                continue
+            try:
+                self.backend.jobs_cancel(JobsCancelParams(job.id, by))
+            except (InvalidTransition, JobNotFound):
+                continue  # finished meanwhile
+        return self.workflow(workflow_id)
 
     def cancel_pending(
         self, *, queue: str | None = None, name: str | None = None, dry_run: bool = False

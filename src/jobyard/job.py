@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._enqueue import Enqueue
 from .backends.base import (
@@ -30,6 +30,9 @@ from .backends.base import (
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
+
+if TYPE_CHECKING:
+    from .workflow import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +53,7 @@ def check_name(kind: str, value: str) -> str:
 class Status(enum.StrEnum):
     """Where a job is in its lifecycle."""
 
+    WAITING = "waiting"  # a workflow step whose inputs have not all completed
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -92,6 +96,11 @@ class Job:
     # The handler's latest ``current_job().progress(fraction, note)``.
     progress: float | None = None
     progress_note: str | None = None
+    # Workflows (chains and groups): the workflow (``app.workflow(id)``), the jobs whose
+    # results this one takes (its parents, in order) and the jobs that wait for it.
+    workflow_id: str | None = None
+    depends_on: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
 
     @classmethod
     def from_record(cls, rec: JobRecord) -> Job:
@@ -129,7 +138,7 @@ class Job:
             worker_id=rec.worker_id,
             result=result,
             error=error,
-            parent_id=rec.parent_id,
+            parent_id=rec.parent_id or (rec.depends_on[0] if rec.depends_on else None),
             idempotency_key=rec.idempotency_key,
             args=args,
             kwargs=kwargs,
@@ -138,6 +147,9 @@ class Job:
             cancelled_by=rec.cancelled_by,
             progress=rec.progress,
             progress_note=rec.progress_note,
+            workflow_id=rec.workflow_id,
+            depends_on=rec.depends_on,
+            children=rec.dependents,
         )
 
 
@@ -420,6 +432,13 @@ class JobFunction(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature: this call, not enqueued yet, to compose with ``jobyard.chain`` and
+        ``jobyard.group`` (in a chain, the previous result comes first, before ``args``)."""
+        from .workflow import Signature
+
+        return Signature(self, args, kwargs)
 
     def options(
         self,

@@ -15,7 +15,6 @@ from jobyard.backends.base import (
     JobsAckParams,
     JobsCancelParams,
     JobsClaimParams,
-    JobsInsertParams,
     JobsListParams,
     LeasesReapParams,
     NewJob,

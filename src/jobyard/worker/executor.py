@@ -13,7 +13,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backends.base import (
@@ -21,6 +21,7 @@ from ..backends.base import (
     Backend,
     ClaimedJob,
     JobsAckParams,
+    JobsListParams,
     Outcome,
     Progress,
     as_transactional,
@@ -29,6 +30,7 @@ from ..errors import Drop, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
 from ..job import DELIVERIES, JobFunction, encode_result
 from ..retry import Backoff
+from ..workflow import feed_value
 
 log = logging.getLogger("jobyard.worker")
 
@@ -113,6 +115,9 @@ class Call:
     is_async: bool
     args: list[Any]
     kwargs: dict[str, Any]
+    # A workflow step's feed (``jobyard.workflow``): its first argument is still to be read
+    # from its inputs' results (``Pipeline.fill``).
+    feed: Any = None
 
 
 def record_fault(job: ClaimedJob) -> str | None:
@@ -156,7 +161,7 @@ def resolve(job: ClaimedJob, registry: dict[str, JobFunction[Any, Any]]) -> Call
     except (ValueError, KeyError, TypeError) as exc:
         # Retrying cannot mend a corrupt row: fail it now, with the reason.
         return Outcome(job.id, job.token, "failed", error=f"corrupt payload: {exc}")
-    return Call(jf.func, jf.is_async, args, kwargs)
+    return Call(jf.func, jf.is_async, args, kwargs, data.get("feed"))
 
 
 def succeed(job: ClaimedJob, value: Any) -> Outcome:
@@ -347,6 +352,41 @@ class Pipeline:
             self.hooks.run("before_job", self._event(ctx.job))
         return resolved
 
+    def fill(self, ctx: JobContext, call: Call) -> Call | Outcome:
+        """A workflow step's call with its first argument, built from its inputs' results (two
+        reads of the store; blocking). An input that is gone (purged by retention before the
+        step ran) or corrupt fails the step, saying which; a store error retries it."""
+        job = ctx.job
+        try:
+            rec = self.backend.jobs_get(job.id)
+            ids = () if rec is None else rec.depends_on
+            listed = self.backend.jobs_list(JobsListParams(ids=ids, limit=max(len(ids), 1)))
+        except Exception as exc:  # noqa: BLE001 - a store that failed: try the job again later
+            return classify(job, exc)
+        by_id = {r.id: r for r in listed}
+        results = []
+        for input_id in ids:
+            got = by_id.get(input_id)
+            if got is None or got.status != "completed":
+                state = "gone (purged?)" if got is None else got.status
+                return Outcome(job.id, job.token, "failed", error=f"input {input_id} is {state}")
+            try:
+                results.append(None if got.result is None else json.loads(got.result))
+            except ValueError:
+                return Outcome(job.id, job.token, "failed", error=f"input {input_id}: bad result")
+        try:
+            value = feed_value(call.feed, results)
+        except (ValueError, IndexError, TypeError) as exc:
+            return Outcome(job.id, job.token, "failed", error=f"corrupt payload: feed: {exc}")
+        return replace(call, args=[value, *call.args], feed=None)
+
+    def prepare_here(self, ctx: JobContext) -> Call | Outcome:
+        """``prepare`` and, for a workflow step, ``fill``, on this thread."""
+        prepared = self.prepare(ctx)
+        if isinstance(prepared, Call) and prepared.feed is not None:
+            return self.fill(ctx, prepared)
+        return prepared
+
     def perform_sync(self, ctx: JobContext, call: Call) -> Outcome:
         """Call a sync handler on this thread."""
         return run_sync(ctx, call)
@@ -397,7 +437,7 @@ class Pipeline:
         fresh event loop); returns the outcome left to acknowledge. ``wrap`` may replace the
         call about to be made (``testing.drain`` uses it to keep the handler's exception)."""
         ctx = self.context(job)
-        prepared = self.prepare(ctx)
+        prepared = self.prepare_here(ctx)
         seconds = None
         if isinstance(prepared, Outcome):
             outcome = prepared

@@ -338,7 +338,7 @@ class Worker:
         """Run one job on this thread; returns how long its handler took."""
         if not self._begin(run, timed=True):
             return None
-        prepared = self.pipeline.prepare(run.ctx)
+        prepared = self.pipeline.prepare_here(run.ctx)
         if isinstance(prepared, Outcome):
             self._settle_here(run, prepared, None)
             return None
@@ -362,6 +362,8 @@ class Worker:
             if not self._begin(run, timed=False):  # asyncio.timeout enforces the job's timeout
                 return
             prepared = self.pipeline.prepare(run.ctx)
+            if isinstance(prepared, executor.Call) and prepared.feed is not None:
+                prepared = await asyncio.to_thread(self.pipeline.fill, run.ctx, prepared)
             if isinstance(prepared, Outcome):
                 outcome = prepared
             else:
