@@ -351,6 +351,7 @@ def test_stats_and_workers(backend: Backend, clock: jobyard.FrozenClock) -> None
     backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "completed", result="1")]))
     stats = {s.queue: s for s in backend.stats_get(StatsParams())}
     assert stats["q"].counts == {
+        "waiting": 0,
         "pending": 1,
         "running": 0,
         "completed": 1,

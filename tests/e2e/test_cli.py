@@ -222,11 +222,12 @@ def test_status_counts_jobs_per_queue(cli: Cli) -> None:
     # then each queue has a row of counts by status, and no worker is live
     assert "store: sqlite:///" in out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
-    assert rows["mail"][: len(STATUSES)] == ["2", "0", "0", "0", "1"]
-    assert rows["reports"][: len(STATUSES)] == ["1", "0", "0", "0", "0"]
+    assert rows["mail"][: len(STATUSES)] == ["0", "2", "0", "0", "0", "1"]
+    assert rows["reports"][: len(STATUSES)] == ["0", "1", "0", "0", "0", "0"]
     assert "workers: none live" in out
     queues = {q["queue"]: q for q in data["queues"]}
     assert queues["mail"]["counts"] == {
+        "waiting": 0,
         "pending": 2,
         "running": 0,
         "completed": 0,
