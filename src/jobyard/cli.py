@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -46,6 +47,7 @@ from .errors import (
     JobyardError,
 )
 from .job import JobFunction, check_name
+from .workflow import Workflow
 
 log = logging.getLogger("jobyard.cli")
 
@@ -53,6 +55,7 @@ LOG_LEVELS: tuple[str, ...] = ("DEBUG", "INFO", "WARNING", "ERROR")
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 SHOW_MAX = 2000  # characters of one value `show` prints; --json prints everything
+TREE_MAX = 60  # lines of a workflow's tree `show` prints
 CHECK_TIMEOUT = 4.0  # seconds a one-shot command gives the store to answer its first connection
 
 # --- the command group --------------------------------------------------------------------------
@@ -512,7 +515,11 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
     app = _app(app_ref)
     job = app.get(job_id)
     data = job_to_dict(job)
+    flow = app.workflow(job.workflow_id) if job.workflow_id else None
+    tree = [] if flow is None else _marked_tree(flow, job.id)
     if as_json:
+        if flow is not None:
+            data["workflow"] = {"id": flow.id, "status": flow.status, "tree": tree}
         click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
         return
     console = _console()
@@ -525,6 +532,8 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
             continue
         if key in ("args", "kwargs", "result"):
             text = _dumps(value)
+        elif key in ("depends_on", "children"):
+            text = " ".join(value)
         elif key == "attempts":
             text = f"{job.attempts} of {job.max_attempts}"
         elif key == "max_attempts":
@@ -538,12 +547,34 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
     if job.error:
         console.print("error:", style="bold")
         console.print(Text(job.error.rstrip()))
+    if flow is not None:
+        console.print(f"workflow {flow.id} ({flow.status}, {len(flow.jobs)} jobs):", style="bold")
+        for line in tree[:TREE_MAX]:
+            console.print(Text(line))
+        if len(tree) > TREE_MAX:
+            console.print(f"… {len(tree) - TREE_MAX} more lines ('--json' prints them all)")
     if cut:
         console.print(
             f"(values longer than {SHOW_MAX} characters are cut: "
             f"'jobyard show {app_ref} {job_id} --json' prints them whole)",
             markup=False,
         )
+
+
+def _marked_tree(flow: Workflow, job_id: str) -> list[str]:
+    """The workflow's tree, this job's line marked."""
+    return [f"{line}  ◀" if f" #{job_id} " in line else line for line in flow.render()]
+
+
+def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> None:
+    workflow_id = app.get(job_id).workflow_id
+    if workflow_id is None:
+        raise click.UsageError(f"job {job_id} is not part of a chain or group")
+    flow = app.workflow(workflow_id) if dry_run else app.cancel_workflow(workflow_id, by=by)
+    counts = Counter(j.status.value for j in flow.jobs)
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    note = "; nothing changed (--dry-run)" if dry_run else ""
+    click.echo(f"workflow {workflow_id}: {summary}{note}")
 
 
 @cli.command()
@@ -562,6 +593,7 @@ def retry(app_ref: str, job_id: str) -> None:
 @click.option("--name", default=None, help="Cancel every pending job of this name.")
 @click.option("--dry-run", is_flag=True, help="Print what would be cancelled; change nothing.")
 @click.option("--by", default=None, help="Who asks (recorded with the job; free text).")
+@click.option("--workflow", is_flag=True, help="Cancel the whole chain or group job ID belongs to.")
 def cancel(
     app_ref: str,
     job_id: str | None,
@@ -569,6 +601,7 @@ def cancel(
     name: str | None,
     dry_run: bool,
     by: str | None,
+    workflow: bool,
 ) -> None:
     """Cancel job ID, or every pending job of --queue and/or --name.
 
@@ -579,7 +612,12 @@ def cancel(
         raise click.UsageError("give a job ID or --queue/--name, not both")
     if job_id is None and not (queue or name):
         raise click.UsageError("give a job ID, or --queue and/or --name for every pending job")
+    if workflow and job_id is None:
+        raise click.UsageError("--workflow needs a job ID")
     app = _app(app_ref)
+    if job_id is not None and workflow:
+        _cancel_workflow(app, job_id, by, dry_run)
+        return
     if job_id is not None:
         if dry_run:
             job = app.get(job_id)

@@ -5,6 +5,7 @@ worker is gone (killed or not)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -82,3 +83,18 @@ def sleep_for(tag: str, seconds: float) -> str:
     time.sleep(seconds)
     mark("end", tag)
     return "slept"
+
+
+@app.job(queue="work", lease=1.0)
+def fan_member(tag: str, i: int) -> int:
+    """A member of a group: a short wait, then its index (recorded)."""
+    time.sleep(0.02)
+    mark("member", tag, str(i))
+    return i
+
+
+@app.job(queue="fan", lease=1.0)
+def fan_join(values: list[int], tag: str) -> int:
+    """The join of a group (in another queue, so another hash slot on Redis Cluster)."""
+    mark("join", tag, json.dumps(values))
+    return sum(values)

@@ -50,6 +50,26 @@ def chaos_work(n: int) -> int:
     return n
 
 
+@app.job(queue=QUEUE, lease=LEASE, max_attempts=1000, backoff=FAST)
+def chaos_next(n: int) -> int:
+    """The second step of a chain: gets ``chaos_work``'s result, records, passes it on."""
+    mark("next", jobyard.current_job().id, str(n))
+    return n
+
+
+@app.job(queue=QUEUE, lease=LEASE, max_attempts=1000, backoff=FAST)
+def chaos_join(values: list[int], first: int) -> int:
+    """The join of a group of chains: the chains' results in member order, recorded."""
+    mark("join", jobyard.current_job().id, f"{first} {values}")
+    return sum(values)
+
+
+def workflow_batch(ns: list[int]) -> jobyard.Group:
+    """A producer batch as one workflow: ``chain(chaos_work(n), chaos_next())`` for each n,
+    joined by ``chaos_join``. Its ids: work and next alternate, the join comes last."""
+    return jobyard.group(*[jobyard.chain(chaos_work.s(n), chaos_next.s()) for n in ns])
+
+
 class PoisonError(Exception):
     """What the poison job always raises."""
 

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -198,6 +198,8 @@ class Outcome:
     down_exits: int
     forgotten: int
     wall: float
+    workflows: int = 0  # accepted batches that were a workflow (a group of chains and a join)
+    workflow_problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return (
@@ -206,7 +208,7 @@ class Outcome:
             f"(batch stored: {self.batch_stored}) lost={len(self.lost)} stuck={len(self.stuck)} "
             f"duplicates={self.duplicates} (bound {self.bound}: kills {self.bound_kills}, "
             f"restart {self.bound - self.bound_kills}, of which forgotten completions "
-            f"{self.forgotten}) down_exits={self.down_exits} "
+            f"{self.forgotten}) down_exits={self.down_exits} workflows={self.workflows} "
             f"wall={self.wall:.1f}s"
         )
 
@@ -580,6 +582,7 @@ class ChaosRun:
                 if (
                     not producing
                     and restarted
+                    and counts.get("waiting", 0) == 0
                     and counts.get("pending", 0) == 0
                     and counts.get("running", 0) == 0
                 ):
@@ -671,6 +674,7 @@ class ChaosRun:
             if stored not in (0, count):
                 torn.append(f"batch {start}+{count}: {stored} of {count} jobs stored")
         failed = self.app.jobs(status="failed", limit=100)
+        workflows, problems = self.account_workflows(accepted, jobs)
         return Outcome(
             kind=self.kind,
             jobs=self.jobs,
@@ -694,7 +698,45 @@ class ChaosRun:
             down_exits=self.down_exits,
             forgotten=self.forgotten,
             wall=wall,
+            workflows=workflows,
+            workflow_problems=problems,
         )
+
+    def account_workflows(
+        self, accepted: dict[str, int], works: dict[str, jobyard.Job]
+    ) -> tuple[int, list[str]]:
+        """Every chain reached its end with the right value, and every workflow has exactly
+        one join, completed with the sum of its members in order, run once unless a fault
+        caught it running."""
+        limit = 10 * self.jobs
+        nexts = {j.id: j for j in self.app.jobs(name="chaos_next", limit=limit)}
+        joins = self.app.jobs(name="chaos_join", limit=limit)
+        problems: list[str] = []
+        members: dict[str, list[int]] = collections.defaultdict(list)
+        for work_id, n in accepted.items():
+            work = works.get(work_id)
+            if work is None or work.workflow_id is None:
+                continue
+            members[work.workflow_id].append(n)
+            step = nexts.get(work.children[0]) if len(work.children) == 1 else None
+            if step is None or step.status != "completed" or step.result != n:
+                problems.append(f"the chain of {work_id} ({n}) did not end: {step}")
+        per_flow = collections.Counter(j.workflow_id for j in joins)
+        problems += [f"workflow {f}: {per_flow[f]} joins" for f in members if per_flow[f] != 1]
+        for job in joins:
+            want = sum(members.get(job.workflow_id or "", []))
+            if job.status != "completed" or (job.workflow_id in members and job.result != want):
+                problems.append(f"join {job.id}: {job.status}, {job.result} (want {want})")
+        runs = collections.Counter(p.name.split(".")[1] for p in self.sink.glob("join.*"))
+        runs.update(p.name.split(".")[1] for p in self.sink.glob("next.*"))
+        for job in [*joins, *nexts.values()]:
+            executions = runs[chaos_app.safe(job.id)]
+            allowed = sum(1 for e in self.events if job.id in e.in_flight)
+            if executions == 0 and job.status == "completed":
+                problems.append(f"{job.name} {job.id} completed without an execution")
+            if executions > 1 + allowed:
+                problems.append(f"{job.name} {job.id} ran {executions} times, {allowed} faults")
+        return len(members), problems
 
 
 def check(outcome: Outcome, poison_error: str) -> None:
@@ -708,6 +750,8 @@ def check(outcome: Outcome, poison_error: str) -> None:
     assert not outcome.uncovered, f"duplicates beyond the jobs in flight: {outcome.uncovered}"
     assert outcome.duplicates <= outcome.bound
     assert not outcome.dead_workers, f"workers died: {outcome.dead_workers}"
+    assert outcome.workflows > 0, "no workflow was accepted"
+    assert not outcome.workflow_problems, outcome.workflow_problems[:20]
     assert len(outcome.failed) == 1, [(j.id, j.name, j.error) for j in outcome.failed]
     (poison,) = outcome.failed
     assert poison.name == "chaos_poison"

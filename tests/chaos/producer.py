@@ -11,7 +11,9 @@ with one ``write(2)`` on an O_APPEND descriptor so a SIGKILL never leaves half a
     error <first n> <message>        it raised (the store was down): the batch is sent again
     done
 
-A batch without its ``ack`` line was never accepted, whatever the store holds of it.
+A batch without its ``ack`` line was never accepted, whatever the store holds of it. Every other
+batch is one workflow (``chaos_app.workflow_batch``: a group of two-step chains and a join); its
+``ack`` line lists the ``chaos_work`` ids, as a plain batch's does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import random
 import sys
 import time
 
-from tests.chaos.chaos_app import chaos_work
+from tests.chaos.chaos_app import chaos_join, chaos_work, workflow_batch
 
 
 def main(argv: list[str]) -> int:
@@ -39,14 +41,18 @@ def main(argv: list[str]) -> int:
         while True:
             say(f"begin {start} {len(ns)}")
             try:
-                handles = chaos_work.enqueue_many([((n,), {}) for n in ns])
+                if (start // batch) % 2:
+                    flow = workflow_batch(ns).then(chaos_join.s(start)).enqueue()
+                    ids = flow.ids[0:-1:2]
+                else:
+                    ids = [h.id for h in chaos_work.enqueue_many([((n,), {}) for n in ns])]
             except Exception as exc:  # the store may be restarting: send the batch again
                 say(f"error {start} {type(exc).__name__}: {exc}".replace("\n", " "))
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
                 continue
-            say(f"ack {start} {json.dumps([[n, h.id] for n, h in zip(ns, handles, strict=True)])}")
+            say(f"ack {start} {json.dumps([[n, i] for n, i in zip(ns, ids, strict=True)])}")
             break
         # Pacing, so that enqueueing overlaps the run (load, not correctness).
         time.sleep(random.uniform(0.5 * pause, 1.5 * pause))

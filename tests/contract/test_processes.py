@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -167,3 +168,31 @@ def test_second_signal_stops_at_once(
     assert worker.wait(20) == 0
     job = job_of(app, stuck.id)
     assert (job.status, job.attempts) == ("pending", 0)
+
+
+def test_a_join_runs_once_when_workers_are_sigkilled_around_member_completions(
+    app: jobyard.App,
+    shared_store: tuple[str, str],
+    spawn_worker: Callable[..., WorkerProcess],
+    sink: Path,
+) -> None:
+    # given a group of 80 members (queue work) and its join (queue fan), run by two worker
+    # processes, one of which is SIGKILLed three times while members complete (so some die
+    # between a member's completion and anything after it), each time replaced
+    args = ("-q", "work", "-q", "fan", "-c", "4", "--reap-interval", "0.2")
+    member = app.by_name("fan_member", queue="work", lease=1.0)
+    join = app.by_name("fan_join", queue="fan", lease=1.0)
+    flow = jobyard.group(*[member.s("g", i) for i in range(80)]).then(join.s("g")).enqueue()
+    spawn_worker(shared_store[1], *args)
+    victim = spawn_worker(shared_store[1], *args)
+    for kill in range(3):
+        wait_until(lambda k=kill: len(marks(sink, "member", "g")) >= 15 * (k + 1), what="members")
+        victim.signal(signal.SIGKILL)
+        victim.wait()
+        victim = spawn_worker(shared_store[1], *args)
+    # then the workflow completes with one join, which got every result in member order
+    assert flow.result(timeout=60) == sum(range(80))
+    joins = [j for j in app.workflow(flow.id).jobs if j.name == "fan_join"]
+    assert [j.status for j in joins] == ["completed"]
+    (ran,) = marks(sink, "join", "g")
+    assert ran.read_text() == json.dumps(list(range(80)))
