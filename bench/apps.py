@@ -36,3 +36,9 @@ def work(ms: float) -> None:
 async def awork(ms: float) -> None:
     """The async twin of ``work``: awaits ``ms`` milliseconds on the event loop."""
     await asyncio.sleep(ms / 1000.0)
+
+
+@app.job(queue="bench")
+def gather(values: list[None]) -> int:
+    """The join of the group benchmark: how many member results it received."""
+    return len(values)

@@ -258,6 +258,8 @@ def run(args: argparse.Namespace, url: str) -> None:
             started = handle.result(timeout=30, poll=0.005)
             samples.append((float(started) - t_enqueue) * 1000.0)
         emit_latencies(samples)
+        if args.group:
+            run_group(args, job, job_args, rate)
     finally:
         stop_worker(worker)
         app.close()
@@ -265,6 +267,25 @@ def run(args: argparse.Namespace, url: str) -> None:
             log(f"worker log: {log_path}")
         else:
             log_path.unlink(missing_ok=True)
+
+
+def run_group(args: argparse.Namespace, job: Any, job_args: tuple[Any, ...], drain: float) -> None:
+    """A group of ``--group`` members of the same job and a join that receives every result:
+    its members/s from the insert's return until the join completed (the one insert timed
+    apart), beside the plain drain of the same run."""
+    import jobyard
+    from bench.apps import gather
+
+    n = args.group
+    log(f"{args.backend}: a group of {n} members and a join")
+    t0 = time.perf_counter()
+    flow = jobyard.group(*[job.s(*job_args) for _ in range(n)]).then(gather.s()).enqueue()
+    t1 = time.perf_counter()
+    emit("group_insert", n / (t1 - t0), "jobs/s", f"{n} members and a join in one insert")
+    got = flow.result(timeout=args.drain_timeout, poll=0.005)
+    rate = n / (time.perf_counter() - t1)
+    share = f"{100.0 * rate / drain:.0f}% of the drain" if drain else ""
+    emit("group", rate, "members/s", f"join got {got} results; {share}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -291,6 +312,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the drained jobs are async handlers (asyncio.sleep(MS))",
     )
     parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument(
+        "--group",
+        type=int,
+        default=10_000,
+        help="members of the group benchmark (a group and its join); 0: skip it",
+    )
     parser.add_argument("--batch", type=int, default=1000, help="jobs per enqueue_many call")
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--url", default=None, help="use this store as is (not cleaned up)")

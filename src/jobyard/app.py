@@ -275,6 +275,11 @@ class App:
         places = {r.id: place_of(r.payload) or "c0" for r in recs}
         return build_workflow(workflow_id, [Job.from_record(r) for r in recs], places)
 
+    def results(self, ids: Sequence[str]) -> dict[str, Job]:
+        """The jobs with these ids (one read; missing ones left out)."""
+        recs = self.backend.jobs_list(JobsListParams(ids=list(ids), limit=max(len(ids), 1)))
+        return {r.id: Job.from_record(r) for r in recs}
+
     def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> Workflow:
         """Cancel a chain or group: what has not run yet is cancelled, the running jobs are asked
         to stop (as :meth:`cancel`), the finished ones are left as they are."""

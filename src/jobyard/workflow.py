@@ -313,6 +313,8 @@ class WorkflowReader(Protocol):
 
     def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> Workflow: ...
 
+    def results(self, ids: Sequence[str]) -> dict[str, Job]: ...
+
 
 class WorkflowHandle:
     """What a chain's or group's ``enqueue`` returns."""
@@ -340,27 +342,40 @@ class WorkflowHandle:
         """Wait for the workflow to complete; its result (a chain's last result, a group's list).
 
         Raises :class:`JobFailed` or :class:`JobCancelled` for the first job that ended so
-        (a stopped workflow never completes), ``TimeoutError`` after ``timeout`` seconds."""
+        (a stopped workflow never completes), ``TimeoutError`` after ``timeout`` seconds. It
+        polls the jobs that make the result, and the whole workflow about once a second."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll
+        wanted = _ids(self._out)
+        whole_at = time.monotonic() + 1.0
         while True:
-            flow = self.get()
-            for job in flow.jobs:
+            done = self._reader.results(wanted)
+            stopped = [j for j in done.values() if j.status in (Status.FAILED, Status.CANCELLED)]
+            if not stopped and time.monotonic() >= whole_at:
+                stopped = [j for j in self.get().jobs if j.status.finished]
+                stopped = [j for j in stopped if j.status != Status.COMPLETED]
+                whole_at = time.monotonic() + 1.0
+            if stopped:
+                job = stopped[0]
                 if job.status == Status.FAILED:
                     raise JobFailed(job.id, job.error)
-                if job.status == Status.CANCELLED:
-                    raise JobCancelled(job.id)
-            if flow.status == "completed":
-                results = {j.id: j.result for j in flow.jobs}
-                return _pick(self._out, results)
+                raise JobCancelled(job.id)
+            if len(done) == len(wanted) and all(
+                j.status == Status.COMPLETED for j in done.values()
+            ):
+                return _pick(self._out, {i: j.result for i, j in done.items()})
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {flow.status} after {timeout}s")
+                raise TimeoutError(f"workflow {self.id} is not complete after {timeout}s")
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
             time.sleep(delay if remaining is None else min(delay, remaining))
             delay = min(delay * 1.5, 0.5)
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self.id!r}, jobs={len(self.ids)})"
+
+
+def _ids(out: Any) -> list[str]:
+    return [out] if isinstance(out, str) else [i for o in out for i in _ids(o)]
 
 
 def _pick(out: Any, results: dict[str, Any]) -> Any:

@@ -53,6 +53,24 @@ def test_a_chain_passes_each_result_to_the_next_step(make_app: Callable[..., job
     assert app.get(a).children == (b,) and jb.workflow_id == handle.id
 
 
+def test_a_released_step_wakes_an_idle_worker(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job
+    def first() -> float:
+        return time.time()
+
+    @app.job
+    def second(started: float) -> float:
+        return time.time() - started
+
+    # given a worker that would poll only every 5 s: it must be woken by the release
+    with running_worker(app, poll_interval=5.0):
+        time.sleep(0.3)  # let the worker go idle on its push signal
+        handle = chain(first.s(), second.s()).enqueue()
+        assert handle.result(timeout=10) < 2.0
+
+
 def test_a_failed_step_stops_the_chain_and_retry_resumes_it(
     make_app: Callable[..., jobyard.App],
 ) -> None:

@@ -198,6 +198,7 @@ class MemoryBackend:
             dep.waits -= 1
             if dep.waits == 0:
                 dep.rec = replace(dep.rec, status="pending", run_at=max(dep.rec.run_at, now))
+                self._inserts += 1  # wakes the workers (notified by jobs_ack)
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or None."""
