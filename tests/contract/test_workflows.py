@@ -319,3 +319,21 @@ def test_bad_workflows_are_refused_when_built(
         flow = build(f)
         flow.enqueue()  # type: ignore[attr-defined]
     assert app.jobs() == []
+
+
+def test_a_group_of_ten_thousand_members_joins_once(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job
+    def noop() -> None:
+        return None
+
+    @app.job
+    def count(values: list[None]) -> int:
+        return len(values)
+
+    handle = group(*[noop.s() for _ in range(10_000)]).then(count.s()).enqueue()
+    with running_worker(app, concurrency=16):
+        assert handle.result(timeout=120) == 10_000
+    joins = app.jobs(name="count")
+    assert [(j.status, j.workflow_id) for j in joins] == [("completed", handle.id)]

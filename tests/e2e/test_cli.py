@@ -795,3 +795,32 @@ def test_cron_pauses_and_resumes_a_schedule_across_syncs(cli: Cli) -> None:
 def test_a_bad_cron_expression_is_one_line_with_exit_code_2(cli: Cli) -> None:
     done = cli("cron", "tests.e2e.bad_cron_app:app")
     assert_one_line_error(done, "invalid cron expression '61 * * * *'")
+
+
+def test_show_prints_a_workflow_as_a_tree_and_cancel_stops_it(cli: Cli, app: jobyard.App) -> None:
+    # given a group of two greetings joined by a report, enqueued but not run
+    greet, report = app.by_name("greet", queue="mail"), app.by_name("report", queue="reports")
+    flow = jobyard.group(greet.s("a"), greet.s("b")).then(report.s()).enqueue()
+    first, _, join = flow.ids
+    # when a member is shown
+    out = cli.ok("show", APP, first)
+    # then its workflow is printed as a tree, each step with its status, the member marked
+    tree = out[out.index(f"workflow {flow.id}") :].splitlines()
+    assert tree[0] == f"workflow {flow.id} (running, 3 jobs):"
+    assert tree[1:] == [
+        "chain",
+        "├─ group",
+        f"│  ├─ greet #{first} pending  ◀",
+        f"│  └─ greet #{flow.ids[1]} pending",
+        f"└─ report #{join} waiting",
+    ]
+    shown = cli.json("show", APP, join)
+    assert (shown["depends_on"], shown["parent_id"]) == ([first, flow.ids[1]], first)
+    assert shown["workflow"]["status"] == "running" and len(shown["workflow"]["tree"]) == 5
+    # and cancelling the workflow through any of its jobs cancels every step
+    said = cli.ok("cancel", APP, join, "--workflow", "--by", "ops")
+    assert said.strip() == f"workflow {flow.id}: 3 cancelled"
+    assert {app.get(i).status for i in flow.ids} == {"cancelled"}
+    # a job outside any workflow is refused in one line
+    plain = cli.enqueue("greet", "--args", '["c"]')
+    assert_one_line_error(cli("cancel", APP, plain, "--workflow"), "not part of a chain or group")
