@@ -221,16 +221,23 @@ class NewJob:
     def to_json(self) -> str:
         """The job as a store keeps it (a schedule's job): JSON with sorted keys, so equal jobs
         are equal text and a store can compare them as text."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        data = dataclasses.asdict(self)
+        for name in _WORKFLOW_FIELDS:  # a schedule's job is never a workflow step: text as before
+            if not data[name]:
+                del data[name]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> NewJob:
         """The inverse of :meth:`to_json`; fields this version does not know are ignored."""
         data = json.loads(text)
+        if "after" in data:
+            data["after"] = tuple(data["after"])
         return cls(**{k: v for k, v in data.items() if k in _NEW_JOB_FIELDS})
 
 
 _NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
+_WORKFLOW_FIELDS = ("after", "workflow_id")
 
 
 @dataclass(frozen=True, slots=True)
