@@ -23,6 +23,7 @@ MIGRATIONS = [
     "0004_schedule_rules",
     "0005_counts",
     "0006_cancel_progress",
+    "0007_workflows",
 ]
 
 
