@@ -193,7 +193,8 @@ class SQLiteBackend:
         self, conn: sqlite3.Connection, now: float, jobs: Sequence[NewJob]
     ) -> tuple[list[Inserted], set[str]]:
         """Insert ``jobs`` inside the caller's write transaction; the outcomes and the queues
-        that got new jobs. Raises QueueFull, which must roll the transaction back.
+        that got new due jobs (pending, not waiting). Raises QueueFull, which must roll the
+        transaction back.
 
         Each job is one execution of a cached statement, whose RETURNING tells a new job from
         one refused by the idempotency index. The statement is compiled once and the batch
@@ -230,6 +231,8 @@ class SQLiteBackend:
             if row is not None:
                 out.append(Inserted(str(row[0]), True))
                 if job.after:
+                    # A workflow step: inserted waiting (not due, not under max_pending, no
+                    # wake), its links one more statement.
                     inputs = json.dumps([int(out[i].id) for i in job.after])
                     conn.execute(q["job_links_insert"], {"job_id": row[0], "inputs": inputs})
                 else:
@@ -304,8 +307,8 @@ class SQLiteBackend:
                     raise JobNotFound(job_id)
                 raise InvalidTransition.cannot_cancel(job_id, status[0])
             rec = _rows.record(row)
-            if rec.status == "cancelled":  # a waiting or pending job was; a running one only
-                # got a request
+            # A waiting or pending job was cancelled; a running one only got a request.
+            if rec.status == "cancelled":
                 self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
 
