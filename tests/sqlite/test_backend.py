@@ -554,6 +554,7 @@ def test_stats_count_every_status_per_queue(backend: SQLiteBackend, clock: Froze
     stats = {s.queue: s for s in backend.stats_get(StatsParams())}
     assert list(stats) == ["idle", "q", "r"]
     assert stats["q"].counts == {
+        "waiting": 0,
         "pending": 1,
         "running": 1,
         "completed": 2,

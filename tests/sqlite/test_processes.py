@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 import queue as queue_module
 import sqlite3
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from jobyard.backends.base import (
     JobsClaimParams,
     JobsListParams,
+    JobsWaitParams,
     QueueConfig,
     Schedule,
     SchedulesSyncParams,
@@ -91,6 +93,37 @@ def test_three_processes_claiming_never_double_claim(
     # and each was run once
     rec = live.jobs_list(JobsListParams(status="completed", limit=2000))
     assert len(rec) == 1500 and {r.attempts for r in rec} == {1}
+
+
+def test_processes_completing_a_group_together_release_its_join_once_and_wake_a_worker(
+    live: SQLiteBackend, url: str, run_children: Callable[..., list[Any]]
+) -> None:
+    # given a group of 600 members in q and its join in j, and a worker here idle on j
+    n = 600
+    members = [new(workflow_id="wf") for _ in range(n)]
+    ids = insert(live, *members, new(queue="j", workflow_id="wf", after=tuple(range(n))))
+    join = ids[n]
+    woken: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: woken.append(live.jobs_wait(JobsWaitParams(["j"], 30)))
+    )
+    waiter.start()
+    # when three processes complete the members in small batches, racing each other
+    run_children(_procs.claim_until_empty, [(url, 3), (url, 5), (url, 7)])
+    waiter.join(40)
+    # then the idle worker woke (nothing in this process signalled it: the file showed a due
+    # job in j), and the join is pending with no wait left, claimable once
+    assert woken == [True]
+    raw = sqlite3.connect(live.path, isolation_level=None)
+    try:
+        assert raw.execute("SELECT status, waits FROM jobs WHERE id = ?", (join,)).fetchone() == (
+            "pending",
+            0,
+        )
+    finally:
+        raw.close()
+    assert [c.id for c in live.jobs_claim(JobsClaimParams("w", ["j"], 5))] == [join]
+    assert {r.status for r in live.jobs_list(JobsListParams(ids=ids[:n], limit=n))} == {"completed"}
 
 
 def test_max_concurrency_holds_across_processes(

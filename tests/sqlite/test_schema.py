@@ -23,6 +23,7 @@ MIGRATIONS = [
     "0004_schedule_rules",
     "0005_counts",
     "0006_cancel_progress",
+    "0007_workflows",
 ]
 
 
@@ -102,6 +103,7 @@ def test_opening_migrates_once_and_records_each_version(
         (4, "0004_schedule_rules"),
         (5, "0005_counts"),
         (6, "0006_cancel_progress"),
+        (7, "0007_workflows"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()

@@ -35,8 +35,8 @@ def float_or_none(value: Any) -> float | None:
 
 
 def record(r: Sequence[Any]) -> JobRecord:
-    """A row of the record columns of ``jobs_get``, ``jobs_list``, ``jobs_cancel``,
-    ``jobs_retry``."""
+    """A row of the record columns of ``jobs_get``, the ``jobs_list`` statements,
+    ``jobs_cancel``, ``jobs_retry``."""
     return JobRecord(
         id=str(r[0]),
         name=r[1],
@@ -60,7 +60,16 @@ def record(r: Sequence[Any]) -> JobRecord:
         cancelled_by=text_or_none(r[19]),
         progress=float_or_none(r[20]),
         progress_note=text_or_none(r[21]),
+        workflow_id=r[22],
+        depends_on=ids(r[23]),
+        dependents=ids(r[24]),
     )
+
+
+def ids(value: Any) -> tuple[str, ...]:
+    """A JSON array of job ids built by the record statements' ``job_links`` subqueries
+    (NULL: the job has no such links)."""
+    return () if value is None else tuple(str(i) for i in json.loads(value))
 
 
 def claim_order(r: Sequence[Any]) -> tuple[int, float, int]:

@@ -193,7 +193,8 @@ class SQLiteBackend:
         self, conn: sqlite3.Connection, now: float, jobs: Sequence[NewJob]
     ) -> tuple[list[Inserted], set[str]]:
         """Insert ``jobs`` inside the caller's write transaction; the outcomes and the queues
-        that got new jobs. Raises QueueFull, which must roll the transaction back.
+        that got new due jobs (pending, not waiting). Raises QueueFull, which must roll the
+        transaction back.
 
         Each job is one execution of a cached statement, whose RETURNING tells a new job from
         one refused by the idempotency index. The statement is compiled once and the batch
@@ -202,7 +203,8 @@ class SQLiteBackend:
         q = self._q
         out: list[Inserted] = []
         touched: set[str] = set()
-        for job in jobs:
+        fanout = _fanout(jobs)
+        for position, job in enumerate(jobs):
             row = conn.execute(
                 q["jobs_insert"],
                 {
@@ -220,12 +222,21 @@ class SQLiteBackend:
                     "now": now,
                     "idempotency_key": job.idempotency_key,
                     "parent_id": job.parent_id,
+                    "workflow_id": job.workflow_id,
+                    "fanin": len(job.after),
+                    "fanout": fanout[position],
                     "payload": job.payload,
                 },
             ).fetchone()
             if row is not None:
                 out.append(Inserted(str(row[0]), True))
-                touched.add(job.queue)
+                if job.after:
+                    # A workflow step: inserted waiting (not due, not under max_pending, no
+                    # wake), its links one more statement.
+                    inputs = json.dumps([int(out[i].id) for i in job.after])
+                    conn.execute(q["job_links_insert"], {"job_id": row[0], "inputs": inputs})
+                else:
+                    touched.add(job.queue)
                 continue
             # Nothing inserted: only the idempotency index refuses a row, and its holder is
             # pending or running in this very transaction (possibly earlier in the batch).
@@ -252,21 +263,27 @@ class SQLiteBackend:
         return None if row is None else _rows.record(row)
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
-        """Jobs matching the filter, newest first (failed or cancelled: by their own index)."""
-        rows = (
-            self._conns.get()
-            .execute(
-                self._q["jobs_list_dead" if params.status in DEAD else "jobs_list"],
-                {
-                    "queue": params.queue,
-                    "status": params.status,
-                    "name": params.name,
-                    "limit": params.limit,
-                    "offset": params.offset,
-                },
-            )
-            .fetchall()
-        )
+        """Jobs matching the filter, newest first, each read through the index of its most
+        selective filter: ids, a workflow, a dead status."""
+        args: dict[str, object] = {
+            "queue": params.queue,
+            "status": params.status,
+            "name": params.name,
+            "workflow_id": params.workflow_id,
+            "limit": params.limit,
+            "offset": params.offset,
+        }
+        if params.ids is not None:
+            keys = {k for k in map(parse_numeric_id, params.ids) if k is not None}
+            if not keys:
+                return []
+            args["ids"] = json.dumps(sorted(keys))
+            name = "jobs_list_ids"
+        elif params.workflow_id is not None:
+            name = "jobs_list_workflow"
+        else:
+            name = "jobs_list_dead" if params.status in DEAD else "jobs_list"
+        rows = self._conns.get().execute(self._q[name], args).fetchall()
         return [_rows.record(row) for row in rows]
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
@@ -290,7 +307,8 @@ class SQLiteBackend:
                     raise JobNotFound(job_id)
                 raise InvalidTransition.cannot_cancel(job_id, status[0])
             rec = _rows.record(row)
-            if rec.status == "cancelled":  # a pending job was; a running one only got a request
+            # A waiting or pending job was cancelled; a running one only got a request.
+            if rec.status == "cancelled":
                 self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
 
@@ -334,9 +352,14 @@ class SQLiteBackend:
                 },
             ).fetchall()
             gone: Counter[tuple[str, str]] = Counter()
-            for queue, status in rows:
+            steps: list[int] = []
+            for queue, status, step in rows:
                 gone[(queue, status)] -= 1
+                if step is not None:
+                    steps.append(step)
             self._count(conn, gone)
+            if steps:
+                conn.execute(self._q["job_links_delete"], {"ids": json.dumps(steps)})
             return len(rows)
 
     # worker side ------------------------------------------------------------------------------
@@ -373,6 +396,7 @@ class SQLiteBackend:
         q = self._q
         stale: list[str] = []
         moved: Counter[tuple[str, str]] = Counter()
+        inputs: list[int] = []  # completed jobs that other jobs wait for
         with self._writing() as conn:
             now = self._now(conn)
             # One execution per outcome, not executemany: the per-row rowcount is what tells an
@@ -401,18 +425,25 @@ class SQLiteBackend:
                     cursor = conn.execute(sql, args)
                 if outcome.kind in FINISHED:
                     # completed, failed and cancelled return the job's queue (RETURNING), or
-                    # nothing
+                    # nothing; completed also how many jobs wait for it
                     rows = cursor.fetchall()
-                    if rows:
-                        moved[(rows[0][0], outcome.kind)] += 1
-                    else:
+                    if not rows:
                         stale.append(outcome.id)
+                        continue
+                    moved[(rows[0][0], outcome.kind)] += 1
+                    if outcome.kind == "completed" and rows[0][1]:
+                        inputs.append(key)
                 elif cursor.rowcount != 1:
                     stale.append(outcome.id)
             self._count(conn, moved)
+            if inputs:
+                # Same transaction as the completions: SQLite's single writer makes the
+                # release of a join exactly once, however its inputs' acks race.
+                conn.execute(self._q["jobs_release"], {"ids": json.dumps(inputs), "now": now})
         if len(stale) < len(params.outcomes):
-            # A retry or release makes a job due again, and any settled job frees a slot of
-            # its queue's max_concurrency: idle workers should look.
+            # A retry or release makes a job due again, a completion may have made a workflow
+            # step pending, and any settled job frees a slot of its queue's max_concurrency:
+            # idle workers should look.
             self._shared.notify()
         return stale
 
@@ -668,3 +699,18 @@ class SQLiteBackend:
     def close(self) -> None:
         """Close every connection of this backend; safe to call twice."""
         self._conns.close()
+
+
+def _fanout(jobs: Sequence[NewJob]) -> list[int]:
+    """How many jobs of the batch run after each position (``NewJob.after``); each position
+    must be an earlier one of the batch."""
+    fanout = [0] * len(jobs)
+    for position, job in enumerate(jobs):
+        for i in job.after:
+            if not 0 <= i < position:
+                raise ValueError(
+                    f"job {position} of the batch runs after position {i}, "
+                    "which is not an earlier job of the batch"
+                )
+            fanout[i] += 1
+    return fanout

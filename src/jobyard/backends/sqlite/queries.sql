@@ -42,25 +42,32 @@ VALUES (:version, :name, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0
 -- One job. A key held by a pending or running job of the queue hits the partial unique index
 -- jobs_idempotency and inserts nothing (no row returned): the caller then looks up the holder.
 -- The queue's defaults are read only when the job sets none (coalesce stops at the first
--- non-NULL argument).
+-- non-NULL argument). A workflow step that runs after others is inserted 'waiting' with
+-- waits = fanin (its inputs are new jobs of the same batch); fanout counts the batch's jobs that
+-- run after this one (0007_workflows.sql).
 INSERT INTO jobs (
     queue, name, status, priority, attempts, max_attempts, backoff, timeout, lease, delivery,
-    run_at, created_at, idempotency_key, parent_id, payload
+    run_at, created_at, idempotency_key, parent_id, workflow_id, fanin, fanout, waits, payload
 )
 VALUES (
-    :queue, :name, 'pending', :priority, 0,
+    :queue, :name, CASE WHEN :fanin > 0 THEN 'waiting' ELSE 'pending' END, :priority, 0,
     coalesce(:max_attempts, (SELECT q.max_attempts FROM queues AS q WHERE q.name = :queue),
              :default_max_attempts),
     coalesce(:backoff, (SELECT q.backoff FROM queues AS q WHERE q.name = :queue)),
     :timeout, :lease, :delivery,
     coalesce(:run_at, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay),
     coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
-    :idempotency_key, :parent_id, :payload
+    :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :payload
 )
 ON CONFLICT (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
 RETURNING id
+
+-- name: job_links_insert
+-- A waiting step's inputs (:inputs, a JSON array of ids, in depends_on order), one row each.
+INSERT INTO job_links (job_id, position, input_id)
+SELECT :job_id, key, value FROM json_each(:inputs)
 
 -- name: jobs_holder
 -- The pending or running job holding an idempotency key (reads the unique partial index).
@@ -82,7 +89,17 @@ WHERE q.name = :queue
 SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
        CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+       CASE WHEN fanin > 0 THEN (
+           SELECT json_group_array(input_id) FROM (
+               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
+           )
+       ) END,
+       CASE WHEN fanout > 0 THEN (
+           SELECT json_group_array(job_id) FROM (
+               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
+           )
+       ) END
 FROM jobs WHERE id = :id
 
 -- name: jobs_list
@@ -91,7 +108,17 @@ FROM jobs WHERE id = :id
 SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
        CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+       CASE WHEN fanin > 0 THEN (
+           SELECT json_group_array(input_id) FROM (
+               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
+           )
+       ) END,
+       CASE WHEN fanout > 0 THEN (
+           SELECT json_group_array(job_id) FROM (
+               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
+           )
+       ) END
 FROM jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:status IS NULL OR status = :status)
@@ -105,7 +132,17 @@ LIMIT :limit OFFSET :offset
 SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
        CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+       CASE WHEN fanin > 0 THEN (
+           SELECT json_group_array(input_id) FROM (
+               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
+           )
+       ) END,
+       CASE WHEN fanout > 0 THEN (
+           SELECT json_group_array(job_id) FROM (
+               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
+           )
+       ) END
 FROM jobs INDEXED BY jobs_dead
 WHERE status IN ('failed', 'cancelled')
   AND status = :status
@@ -114,30 +151,95 @@ WHERE status IN ('failed', 'cancelled')
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset
 
+-- name: jobs_list_workflow
+-- One workflow's jobs, newest first: the partial index jobs_workflow, whose condition the query
+-- repeats so that the planner may use it.
+SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+       CASE WHEN fanin > 0 THEN (
+           SELECT json_group_array(input_id) FROM (
+               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
+           )
+       ) END,
+       CASE WHEN fanout > 0 THEN (
+           SELECT json_group_array(job_id) FROM (
+               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
+           )
+       ) END
+FROM jobs INDEXED BY jobs_workflow
+WHERE workflow_id IS NOT NULL
+  AND workflow_id = :workflow_id
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:status IS NULL OR status = :status)
+  AND (:name IS NULL OR name = :name)
+ORDER BY id DESC
+LIMIT :limit OFFSET :offset
+
+-- name: jobs_list_ids
+-- The jobs among :ids (a JSON array of distinct ids; unknown ones match nothing), newest first:
+-- one primary key seek each.
+SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
+       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
+       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+       CASE WHEN fanin > 0 THEN (
+           SELECT json_group_array(input_id) FROM (
+               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
+           )
+       ) END,
+       CASE WHEN fanout > 0 THEN (
+           SELECT json_group_array(job_id) FROM (
+               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
+           )
+       ) END
+FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:status IS NULL OR status = :status)
+  AND (:name IS NULL OR name = :name)
+ORDER BY id DESC
+LIMIT :limit OFFSET :offset
+
 -- name: jobs_status
 SELECT status FROM jobs WHERE id = :id
 
 -- name: jobs_cancel
--- A pending job is cancelled now. A running one keeps running with a request recorded (the first
+-- A waiting or pending job (base.CANCELLABLE) is cancelled now. A running one keeps running with a request recorded (the first
 -- request's time and author stay): its worker reads it back at its next lease renewal.
 -- Every SET expression reads the row as it was before the update.
 WITH clock (now) AS (
     SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 )
 UPDATE jobs
-SET status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-    finished_at = CASE WHEN status = 'pending' THEN (SELECT now FROM clock) ELSE finished_at END,
-    token = CASE WHEN status = 'pending' THEN NULL ELSE token END,
-    lease_expires_at = CASE WHEN status = 'pending' THEN NULL ELSE lease_expires_at END,
-    cancelled_by = CASE WHEN status = 'pending' OR cancel_requested_at IS NULL THEN :by
+SET status = CASE WHEN status IN ('waiting', 'pending') THEN 'cancelled' ELSE status END,
+    finished_at = CASE WHEN status IN ('waiting', 'pending') THEN (SELECT now FROM clock) ELSE finished_at END,
+    token = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE token END,
+    lease_expires_at = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE lease_expires_at END,
+    cancelled_by = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL THEN :by
                         ELSE cancelled_by END,
-    cancel_requested_at = CASE WHEN status = 'pending' OR cancel_requested_at IS NULL
+    cancel_requested_at = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL
                                THEN (SELECT now FROM clock) ELSE cancel_requested_at END
-WHERE id = :id AND (status = 'pending' OR (status = 'running' AND NOT :pending_only))
+WHERE id = :id
+  AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
 RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
           run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
           CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
+          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+          CASE WHEN fanin > 0 THEN (
+              SELECT json_group_array(input_id) FROM (
+                  SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id
+                  ORDER BY l.position
+              )
+          ) END,
+          CASE WHEN fanout > 0 THEN (
+              SELECT json_group_array(job_id) FROM (
+                  SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id
+                  ORDER BY l.job_id
+              )
+          ) END
 
 -- name: jobs_retry
 -- Re-drive: the error stays for history. The caller has checked the idempotency key inside
@@ -158,14 +260,31 @@ WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
           run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
           CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB)
+          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
+          CASE WHEN fanin > 0 THEN (
+              SELECT json_group_array(input_id) FROM (
+                  SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id
+                  ORDER BY l.position
+              )
+          ) END,
+          CASE WHEN fanout > 0 THEN (
+              SELECT json_group_array(job_id) FROM (
+                  SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id
+                  ORDER BY l.job_id
+              )
+          ) END
 
 -- name: jobs_purge
 DELETE FROM jobs
 WHERE status IN (SELECT value FROM json_each(:statuses))
   AND finished_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :older_than
   AND (:queue IS NULL OR queue = :queue)
-RETURNING queue, status
+RETURNING queue, status, CASE WHEN fanin > 0 THEN id END
+
+-- name: job_links_delete
+-- The links of purged workflow steps (:ids, a JSON array). The links to a purged input stay
+-- with the step that ran after it, as its history, until that step is purged too.
+DELETE FROM job_links WHERE job_id IN (SELECT value FROM json_each(:ids))
 
 -- name: counts_add
 -- Finished jobs per queue and status (0005_counts.sql), adjusted in the transaction of a move.
@@ -240,7 +359,30 @@ SET status = 'completed',
     token = NULL,
     lease_expires_at = NULL
 WHERE id = :id AND status = 'running' AND token = :token
-RETURNING queue
+RETURNING queue, fanout
+
+-- name: jobs_release
+-- The jobs of :ids (a JSON array) completed in this write transaction: each waiting step that
+-- runs after them loses one wait per input among them, and the ones left with none become
+-- pending, due no earlier than their own run_at. A step that is not waiting any more (it was
+-- cancelled) is left alone. Found through job_links_input, so a completion costs a seek per
+-- step it releases, however many inputs those steps have.
+WITH done (step, n) AS (
+    SELECT l.job_id, count(*)
+    FROM json_each(:ids) AS d
+    JOIN job_links AS l ON l.input_id = d.value
+    GROUP BY l.job_id
+)
+UPDATE jobs
+SET waits = waits - done.n,
+    status = CASE WHEN waits - done.n <= 0 THEN 'pending' ELSE status END,
+    run_at = CASE
+        WHEN waits - done.n <= 0
+        THEN max(run_at, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0))
+        ELSE run_at
+    END
+FROM done
+WHERE jobs.id = done.step AND jobs.status = 'waiting'
 
 -- name: jobs_ack_retry
 UPDATE jobs
@@ -392,10 +534,10 @@ SELECT id, host, pid, queues, concurrency, started_at, last_seen
 FROM workers ORDER BY started_at, id
 
 -- name: stats_counts
--- Pending and running jobs: two ranges of the covering index jobs_status. Finished jobs are
+-- Waiting, pending and running jobs: three ranges of the covering index jobs_status. Finished jobs are
 -- counted with the moves, in job_counts (0005_counts.sql), never here.
 SELECT queue, status, count(*) FROM jobs
-WHERE status IN ('pending', 'running')
+WHERE status IN ('waiting', 'pending', 'running')
   AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
 GROUP BY status, queue
 UNION ALL
