@@ -9,6 +9,7 @@ import pytest
 import jobyard
 from jobyard.backends.base import (
     AT_MOST_ONCE_LOST_ERROR,
+    CANCEL_LOST_ERROR,
     LEASE_LOST_ERROR,
     Backend,
     JobsAckParams,
@@ -229,6 +230,27 @@ def test_reaper_never_reruns_an_at_most_once_job(
     ]
     rec = backend.jobs_get(job_id)
     assert rec is not None and rec.error == AT_MOST_ONCE_LOST_ERROR
+    assert claim(backend) == []
+
+
+def test_reaper_cancels_a_job_whose_cancellation_was_asked(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a running job someone asked to cancel, whose worker then died
+    (job_id,) = insert(backend, new(lease=1))
+    claim(backend)
+    backend.jobs_cancel(JobsCancelParams(job_id, by="ops"))
+    clock.advance(2)
+    # then the reaper cancels it instead of running it again
+    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
+        (job_id, "cancelled")
+    ]
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    assert (rec.status, rec.error, rec.cancelled_by) == ("cancelled", CANCEL_LOST_ERROR, "ops")
+    assert rec.finished_at is not None
+    stats = {s.queue: s for s in backend.stats_get(StatsParams())}["q"]
+    assert (stats.counts["cancelled"], stats.counts["running"]) == (1, 0)
     assert claim(backend) == []
 
 

@@ -46,6 +46,8 @@ MAX_RUN_AT = 253402214400.0  # 9999-12-31T00:00:00Z
 
 LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing it"
 AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
+# A running job someone asked to cancel whose worker stopped renewing: cancelled, not run again.
+CANCEL_LOST_ERROR = "cancelled on request: the worker running it stopped renewing its lease"
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
 
@@ -369,7 +371,8 @@ class JobsCancelParams:
 
 @dataclass(frozen=True, slots=True)
 class LeasesReapParams:
-    """Return running jobs whose lease lapsed to pending (attempts left) or fail them."""
+    """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
+    a cancellation request is cancelled (``CANCEL_LOST_ERROR``)."""
 
     limit: int = 1000
 

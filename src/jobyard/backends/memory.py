@@ -17,6 +17,7 @@ from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
 from .base import (
     ACTIVE,
     AT_MOST_ONCE_LOST_ERROR,
+    CANCEL_LOST_ERROR,
     CANCELLABLE,
     DEFAULT_FORGET_AFTER,
     DEFAULT_MAX_ATTEMPTS,
@@ -429,7 +430,11 @@ class MemoryBackend:
                     continue
                 row.token = None
                 row.lease_expires_at = None
-                if rec.delivery == "at_most_once":
+                if rec.cancel_requested_at is not None:
+                    row.rec = replace(
+                        rec, status="cancelled", error=CANCEL_LOST_ERROR, finished_at=now
+                    )
+                elif rec.delivery == "at_most_once":
                     row.rec = replace(
                         rec, status="failed", error=AT_MOST_ONCE_LOST_ERROR, finished_at=now
                     )

@@ -40,6 +40,7 @@ from ...errors import (
 from .._stored import parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
+    CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     FINISHED,
     LEASE_LOST_ERROR,
@@ -533,9 +534,10 @@ class SQLiteBackend:
                     "limit": params.limit,
                     "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
                     "lease_lost_error": LEASE_LOST_ERROR,
+                    "cancel_lost_error": CANCEL_LOST_ERROR,
                 },
             ).fetchall()
-            self._count(conn, Counter((r[2], r[1]) for r in rows if r[1] == "failed"))
+            self._count(conn, Counter((r[2], r[1]) for r in rows if r[1] != "pending"))
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()

@@ -457,26 +457,31 @@ WHERE id = :id AND status = 'running' AND token = :token
 RETURNING cancel_requested_at IS NOT NULL
 
 -- name: leases_reap
--- A lapsed lease spent its attempt. at_most_once jobs are never run twice; jobs without
--- attempts left go to the dead letter; the rest are due again at once.
+-- A lapsed lease spent its attempt. A job someone asked to cancel is cancelled; at_most_once
+-- jobs are never run twice; jobs without attempts left go to the dead letter; the rest are
+-- due again at once.
 WITH clock (now) AS (
     SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 )
 UPDATE jobs
 SET status = CASE
+        WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
         WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN 'failed'
         ELSE 'pending'
     END,
     error = CASE
+        WHEN cancel_requested_at IS NOT NULL THEN :cancel_lost_error
         WHEN delivery = 'at_most_once' THEN :at_most_once_error
         ELSE :lease_lost_error
     END,
     finished_at = CASE
-        WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN (SELECT now FROM clock)
+        WHEN cancel_requested_at IS NOT NULL OR delivery = 'at_most_once'
+            OR attempts >= max_attempts THEN (SELECT now FROM clock)
         ELSE NULL
     END,
     run_at = CASE
-        WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN run_at
+        WHEN cancel_requested_at IS NOT NULL OR delivery = 'at_most_once'
+            OR attempts >= max_attempts THEN run_at
         ELSE (SELECT now FROM clock)
     END,
     token = NULL,
