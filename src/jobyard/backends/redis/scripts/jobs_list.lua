@@ -26,8 +26,8 @@ local STATES = {'waiting', 'pending', 'running', 'completed', 'failed', 'cancell
 -- the index it is in) and the name filter.
 local function matches(k, n, st)
   local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
-  if f[1] == false then
-    return false -- expired (retention), not pruned yet
+  if f[1] == false and redis.call('EXISTS', job_key(k, n)) == 0 then
+    return false -- expired (retention), not pruned yet; a hash without status is listed
   end
   return (st == '' or f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name)
 end
