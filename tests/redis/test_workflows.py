@@ -52,7 +52,7 @@ def test_a_release_left_owed_by_a_dead_caller_is_paid_once_by_the_reaper(
     backend: RedisBackend,
 ) -> None:
     # given a join in queue "c" waiting on members in queues "a" and "b" (other slots)
-    m1, m2, join = insert(backend, step(queue="a"), step(queue="b"), step(0, 1, queue="c"))
+    _, m2, join = insert(backend, step(queue="a"), step(queue="b"), step(0, 1, queue="c"))
     backend.jobs_ack(JobsAckParams(completed(backend, "a")))
     # when m2's completion runs its script and the caller dies before paying the release
     refused, notes = backend._ack(JobsAckParams(completed(backend, "b")))
@@ -117,7 +117,7 @@ def test_a_plain_job_writes_no_workflow_field_or_key(backend: RedisBackend) -> N
 
 @pytest.mark.parametrize("kind", ["node"])
 def test_one_node_releases_across_queues_in_the_ack_itself(backend: RedisBackend) -> None:
-    m1, join = insert(backend, step(queue="a"), step(0, queue="c"))
+    _, join = insert(backend, step(queue="a"), step(0, queue="c"))
     refused, notes = backend._ack(JobsAckParams(completed(backend, "a")))
     assert (refused, notes) == ([], [])
     assert status(backend, join) == "pending"

@@ -616,6 +616,10 @@ class RedisBackend:
             woke.update(self.pay_owed(owed))
         self.core.wake_after(dict(woke))
 
+    def _clear_owed(self, queue: str, numbers: list[str]) -> None:
+        key = self.keys.owed(queue)
+        self.core.call(lambda: self.client.srem(key, *numbers))
+
     def pay_owed(self, owed: Sequence[tuple[str, str, str]]) -> Counter[str]:
         """Cluster: pay releases owed by completed jobs ``(queue, number, dependents)`` to their
         dependents in other queues (``jobs_release.lua``, one call per dependents' queue), then
@@ -629,14 +633,15 @@ class RedisBackend:
                     pay[parsed[0]].append([parsed[1], make_id(queue, n)])
         released: Counter[str] = Counter()
         for dep_queue, pairs in pay.items():
-            args = [self.core.now(), _dumps(pairs)]
-            released[dep_queue] += int(self.core.run("jobs_release", self.keys.queue(dep_queue), args))
+            keys = self.keys.queue(dep_queue)
+            released[dep_queue] += int(
+                self.core.run("jobs_release", keys, [self.core.now(), _dumps(pairs)])
+            )
         by_queue: dict[str, list[str]] = defaultdict(list)
         for queue, n, _ in owed:
             by_queue[queue].append(n)
         for queue, numbers in by_queue.items():
-            key = self.keys.owed(queue)
-            self.core.call(lambda key=key, numbers=numbers: self.client.srem(key, *numbers))
+            self._clear_owed(queue, numbers)
         return released
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
