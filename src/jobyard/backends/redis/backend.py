@@ -19,6 +19,14 @@ The watchdog never runs it again; it marks it failed with ``AT_MOST_ONCE_LOST_ER
 is visible rather than silent. Choose it for work where a repeat costs more than a miss (a cache
 warm-up, a notification that must not arrive twice).
 
+Workflows (chains and groups). A step with inputs is inserted ``waiting`` with its links, in the
+insert script; a completion counts itself as an input of each dependent in the ack script, and the
+last one moves the step to ``pending`` (one O(1) counter per step, apart from its id list). On one
+node that script reaches a dependent in any queue. On Cluster a dependent in another queue lives
+in another slot: the ack script records the release as owed in the completing job's queue, then
+``jobs_ack`` pays it (``jobs_release.lua``, idempotent: a set of counted inputs per waiting step)
+and clears the entry; ``leases_reap`` pays what a caller that died in between left owed.
+
 Time is Redis's ``TIME`` unless the App's clock is frozen, in which case the frozen instant travels
 into each script as ``ARGV[1]``.
 
