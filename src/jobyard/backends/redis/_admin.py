@@ -116,11 +116,12 @@ def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
     out = []
     for batch in c.slices(names):
         reply = c.run("stats_get", c.group_keys(batch), [c.now(), str(len(batch))])
+        width = len(STATUSES) + 2  # the counts, completed in the last minute, configured
         for g, q in enumerate(batch):
-            row = [int(v) for v in reply[g * 7 : g * 7 + 7]]
-            if not any(row[:5]) and not row[6]:
+            row = [int(v) for v in reply[g * width : (g + 1) * width]]
+            counts = dict(zip(STATUSES, row[: len(STATUSES)], strict=True))
+            if not any(counts.values()) and not row[-1]:
                 continue
-            counts = dict(zip(STATUSES, row[:5], strict=True))
-            out.append(QueueStats(q, counts, row[5]))
+            out.append(QueueStats(q, counts, row[-2]))
     out.sort(key=lambda s: s.queue)
     return out

@@ -43,6 +43,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_insert",
     "jobs_claim",
     "jobs_ack",
+    "jobs_release",
     "leases_renew",
     "leases_reap",
     "jobs_expire",

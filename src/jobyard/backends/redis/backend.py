@@ -19,6 +19,14 @@ The watchdog never runs it again; it marks it failed with ``AT_MOST_ONCE_LOST_ER
 is visible rather than silent. Choose it for work where a repeat costs more than a miss (a cache
 warm-up, a notification that must not arrive twice).
 
+Workflows (chains and groups). A step with inputs is inserted ``waiting`` with its links, in the
+insert script; a completion counts itself as an input of each dependent in the ack script, and the
+last one moves the step to ``pending`` (one O(1) counter per step, apart from its id list). On one
+node that script reaches a dependent in any queue. On Cluster a dependent in another queue lives
+in another slot: the ack script records the release as owed in the completing job's queue, then
+``jobs_ack`` pays it (``jobs_release.lua``, idempotent: a set of counted inputs per waiting step)
+and clears the entry; ``leases_reap`` pays what a caller that died in between left owed.
+
 Time is Redis's ``TIME`` unless the App's clock is frozen, in which case the frozen instant travels
 into each script as ``ARGV[1]``.
 
@@ -82,6 +90,7 @@ from .keys import QUEUE_RE, parse_job_id
 from .keys import job_id as make_id
 
 PURGE_BATCH = 1000
+OWED_BATCH = 1000  # owed releases the reaper pays per queue and call (Cluster)
 
 
 def _dumps(value: Any) -> str:
@@ -140,7 +149,37 @@ def _record(queue: str, number: str, h: dict[str, str]) -> JobRecord:
         cancelled_by=h.get("cancelled_by"),
         progress=_lenient_float(h.get("progress")),
         progress_note=h.get("progress_note"),
+        workflow_id=h.get("workflow_id"),
+        depends_on=_ids(h.get("depends_on")),
+        dependents=_ids(h.get("dependents")),
     )
+
+
+def _ids(value: str | None) -> tuple[str, ...]:
+    """A comma-separated id list of a job hash (ids never hold a comma)."""
+    return tuple(value.split(",")) if value else ()
+
+
+def _links(jobs: Sequence[NewJob], ids: Sequence[str] | None = None) -> list[list[Any]]:
+    """The workflow columns of each insert row (none for a plain job): ``[workflow_id, inputs,
+    dependents]``. Without ``ids`` (one node: the script numbers the jobs) the inputs are
+    1-based batch positions and the script derives the dependents; with the batch's ``ids``
+    (Cluster: numbers reserved first) both are ids."""
+    out: list[list[Any]] = [[] for _ in jobs]
+    if not any(j.after or j.workflow_id is not None for j in jobs):
+        return out
+    dependents: list[list[str]] = [[] for _ in jobs]
+    for i, j in enumerate(jobs):
+        for p in j.after:
+            if not 0 <= p < i:
+                raise ValueError(f"job {i} of the batch waits on position {p}: not before it")
+            if ids is not None:
+                dependents[p].append(ids[i])
+    for i, j in enumerate(jobs):
+        if j.after or j.workflow_id is not None or dependents[i]:
+            inputs = [p + 1 for p in j.after] if ids is None else [ids[p] for p in j.after]
+            out[i] = [j.workflow_id, inputs, dependents[i]]
+    return out
 
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
@@ -190,6 +229,10 @@ class RedisBackend:
 
         A batch whose every job has an idempotency key is retried through a lost connection (a
         repeat returns the jobs it inserted); any other is sent once (see ``_core.py``).
+
+        Workflow steps (``NewJob.after``) are stored ``waiting`` with their links in the same
+        script: on one node the script resolves the batch positions to ids itself; on Cluster
+        the numbers are reserved first, so the ids of both ends of every link are known here.
         """
         if params.connection is not None:
             raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
@@ -202,25 +245,29 @@ class RedisBackend:
                 raise ConfigurationError(f"invalid queue name {q!r}")
         ttl_ms = "" if queue_ttl is None else str(max(int(queue_ttl * 1000), 1))
         once = not all(j.idempotency_key for j in jobs)
+        links = _links(jobs)
         if not self.cluster:
-            reply = self._insert(queues, jobs, "", ttl_ms, dry=False, once=once)
+            reply = self._insert(queues, jobs, links, "", ttl_ms, dry=False, once=once)
             return [Inserted(make_id(j.queue, n), c) for j, (n, c) in zip(jobs, reply, strict=True)]
         if len(queues) > 1:
-            for q in queues:
-                self._insert([q], [j for j in jobs if j.queue == q], "[]", ttl_ms, dry=True)
+            for q in queues:  # a dry run reads only whether a job has inputs, not which
+                positions = [i for i, j in enumerate(jobs) if j.queue == q]
+                part = [jobs[i] for i in positions]
+                self._insert([q], part, [links[i] for i in positions], "[]", ttl_ms, dry=True)
         first = int(
             self.core.run_once(
                 "seq_take", [self.keys.seq, self.keys.queues], [str(len(jobs)), *queues]
             )
         )
+        links = _links(jobs, [make_id(j.queue, str(first + i)) for i, j in enumerate(jobs)])
         out: list[Inserted | None] = [None] * len(jobs)
         created: dict[str, int] = {}
         for q in queues:
             positions = [i for i, j in enumerate(jobs) if j.queue == q]
             numbers = _dumps([first + i for i in positions])  # enqueue order across queues
-            reply = self._insert(
-                [q], [jobs[i] for i in positions], numbers, ttl_ms, dry=False, once=once
-            )
+            part = [jobs[i] for i in positions]
+            part_links = [links[i] for i in positions]
+            reply = self._insert([q], part, part_links, numbers, ttl_ms, dry=False, once=once)
             created[q] = sum(c for _, c in reply)
             for i, (n, c) in zip(positions, reply, strict=True):
                 out[i] = Inserted(make_id(q, n), c)
@@ -231,6 +278,7 @@ class RedisBackend:
         self,
         queues: list[str],
         jobs: list[NewJob],
+        links: list[list[Any]],
         numbers: str,
         ttl_ms: str,
         dry: bool,
@@ -252,8 +300,9 @@ class RedisBackend:
                 j.delivery,
                 j.idempotency_key,
                 j.parent_id,
+                *link,
             ]
-            for j in jobs
+            for j, link in zip(jobs, links, strict=True)
         ]
         keys = self.core.group_keys(queues)
         if not numbers:  # one node: the global keys ride along
@@ -286,9 +335,14 @@ class RedisBackend:
         return _record(queue, n, h) if h else None
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
-        """Newest first (by job number, which is enqueue order across every queue)."""
+        """Newest first (by job number, which is enqueue order across every queue).
+
+        ``workflow_id`` reads each queue's index of that workflow; ``ids`` reads those jobs'
+        hashes (in one pipeline) and filters them here."""
         if params.status is not None and params.status not in STATUSES:
             raise ValueError(f"unknown status {params.status!r}: use one of {', '.join(STATUSES)}")
+        if params.ids is not None:
+            return self._list_ids(params)
         if params.queue is not None:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
@@ -305,11 +359,38 @@ class RedisBackend:
                 params.name or "",
                 str(offset),
                 str(limit),
+                params.workflow_id or "",
             ]
             for row in self.core.run("jobs_list", self.core.group_keys(names), args):
                 found.append(_record(names[int(row[0]) - 1], row[1], _pairs(row[2:])))
             if one_call:
                 return found
+        found.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]), reverse=True)
+        return found[params.offset : params.offset + params.limit]
+
+    def _list_ids(self, params: JobsListParams) -> list[JobRecord]:
+        """``jobs_list`` of the jobs named by ``params.ids`` (unknown ones left out)."""
+        wanted = [p for p in map(parse_job_id, dict.fromkeys(params.ids or ())) if p is not None]
+        if params.queue is not None:
+            wanted = [p for p in wanted if p[0] == params.queue]
+        if not wanted:
+            return []
+
+        def fetch() -> list[dict[str, str]]:
+            pipe = self.client.pipeline(transaction=False)
+            for q, n in wanted:
+                pipe.hgetall(self.keys.job(q, n))
+            return cast(list[dict[str, str]], pipe.execute())
+
+        found = [
+            rec
+            for (q, n), h in zip(wanted, self.core.call(fetch), strict=True)
+            if h
+            and (rec := _record(q, n, h))
+            and (params.status is None or rec.status == params.status)
+            and (params.name is None or rec.name == params.name)
+            and (params.workflow_id is None or rec.workflow_id == params.workflow_id)
+        ]
         found.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]), reverse=True)
         return found[params.offset : params.offset + params.limit]
 
@@ -455,15 +536,18 @@ class RedisBackend:
         ids: Sequence[str],
         item: Callable[[int, str, int], list[Any]],
         *head: str,
-    ) -> tuple[list[str], list[str]]:
-        """Run a token-fenced batch script (ack, renew) and return the ids it refused, and
-        those it flagged (a negative position: a renewed job with a cancellation request).
+    ) -> tuple[list[str], list[str], list[tuple[str, list[Any]]]]:
+        """Run a token-fenced batch script (ack, renew) and return the ids it refused, those it
+        flagged (a negative position: a renewed job with a cancellation request), and the notes
+        it appended (arrays ``[tag, group, ...]``: the ack's owed releases and wake counts on
+        Cluster), each with its group's queue name in place of the group.
 
         ``item(g, number, position)`` builds the JSON entry of one job; ids that are not ours are
         refused without a call.
         """
         refused: set[int] = set()
         flagged: set[int] = set()
+        notes: list[tuple[str, list[Any]]] = []
         by_queue: dict[str, list[tuple[int, str]]] = defaultdict(list)
         for pos, jid in enumerate(ids):
             parsed = parse_job_id(jid)
@@ -481,27 +565,92 @@ class RedisBackend:
             reply = self.core.run(
                 script, self.core.group_keys(names), [self.core.now(), *head, _dumps(items)]
             )
-            for i in map(int, reply):
-                if i > 0:
-                    refused.add(order[i - 1])
+            for entry in reply:
+                if isinstance(entry, list):
+                    notes.append((names[int(entry[1]) - 1], entry))
+                elif int(entry) > 0:
+                    refused.add(order[int(entry) - 1])
                 else:
-                    flagged.add(order[-i - 1])
-        return [ids[pos] for pos in sorted(refused)], [ids[pos] for pos in sorted(flagged)]
+                    flagged.add(order[-int(entry) - 1])
+        return (
+            [ids[pos] for pos in sorted(refused)],
+            [ids[pos] for pos in sorted(flagged)],
+            notes,
+        )
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
-        """Apply outcomes whose token still matches; return the refused (stale) ids."""
+        """Apply outcomes whose token still matches; return the refused (stale) ids.
+
+        A completion releases its dependents in the same script; on Cluster a dependent in
+        another queue is owed by that script and paid here before returning (if this caller
+        dies first, :meth:`leases_reap` pays it)."""
+        refused, notes = self._ack(params)
+        if notes:
+            self._settle(notes)
+        return refused
+
+    def _ack(self, params: JobsAckParams) -> tuple[list[str], list[tuple[str, list[Any]]]]:
+        """The ack script alone: the refused ids and the notes left to settle (Cluster)."""
         if params.connection is not None:
             raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
         outcomes = list(params.outcomes)
         if not outcomes:
-            return []
+            return [], []
 
         def item(g: int, n: str, pos: int) -> list[Any]:
             o = outcomes[pos]
             return [g, n, o.token, o.kind, o.result, o.error, float(o.delay)]
 
-        ttl = (_ttl(self.settings.result_ttl), _ttl(self.settings.failed_ttl))
-        return self._fenced("jobs_ack", [o.id for o in outcomes], item, *ttl)[0]
+        head = (
+            _ttl(self.settings.result_ttl),
+            _ttl(self.settings.failed_ttl),
+            self.keys.prefix,
+            "" if self.cluster else "1",
+        )
+        refused, _, notes = self._fenced("jobs_ack", [o.id for o in outcomes], item, *head)
+        return refused, notes
+
+    def _settle(self, notes: list[tuple[str, list[Any]]]) -> None:
+        """Cluster: wake the queues whose waiting jobs an ack or reap released, and pay the
+        releases it left owed to dependents in other queues (see :meth:`pay_owed`)."""
+        woke: Counter[str] = Counter()
+        owed: list[tuple[str, str, str]] = []
+        for queue, entry in notes:
+            if entry[0] == "woke":
+                woke[queue] += int(entry[2])
+            else:
+                owed.append((queue, entry[2], entry[3]))
+        if owed:
+            woke.update(self.pay_owed(owed))
+        self.core.wake_after(dict(woke))
+
+    def _clear_owed(self, queue: str, numbers: list[str]) -> None:
+        key = self.keys.owed(queue)
+        self.core.call(lambda: self.client.srem(key, *numbers))
+
+    def pay_owed(self, owed: Sequence[tuple[str, str, str]]) -> Counter[str]:
+        """Cluster: pay releases owed by completed jobs ``(queue, number, dependents)`` to their
+        dependents in other queues (``jobs_release.lua``, one call per dependents' queue), then
+        clear the owed entries. Safe to repeat, and to race with another payer: an input is
+        counted once per dependent. Returns how many jobs became pending, by queue."""
+        pay: dict[str, list[list[str]]] = defaultdict(list)
+        for queue, n, deps in owed:
+            for dep in _ids(deps):
+                parsed = parse_job_id(dep)
+                if parsed is not None and parsed[0] != queue:
+                    pay[parsed[0]].append([parsed[1], make_id(queue, n)])
+        released: Counter[str] = Counter()
+        for dep_queue, pairs in pay.items():
+            keys = self.keys.queue(dep_queue)
+            released[dep_queue] += int(
+                self.core.run("jobs_release", keys, [self.core.now(), _dumps(pairs)])
+            )
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for queue, n, _ in owed:
+            by_queue[queue].append(n)
+        for queue, numbers in by_queue.items():
+            self._clear_owed(queue, numbers)
+        return released
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block on the queues' wake lists (BLPOP) until an insert pushes a token or the timeout.
@@ -537,11 +686,12 @@ class RedisBackend:
             return [g, n, token, repr(p.fraction), p.note]
 
         ttl = _ttl(self.settings.failed_ttl)
-        lost, asked = self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
+        lost, asked, _ = self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
         return Renewed(lost=lost, cancel_requested=asked)
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """The watchdog: recover lapsed leases in every queue."""
+        """The watchdog: recover lapsed leases in every queue; on Cluster also pay the releases
+        a completion left owed when its caller died before paying them (see ``jobs_ack``)."""
         out: list[Reaped] = []
         left = params.limit
         for names in self.core.slices(self.core.known_queues()):
@@ -556,16 +706,21 @@ class RedisBackend:
                 LEASE_LOST_ERROR,
                 AT_MOST_ONCE_LOST_ERROR,
                 "" if self.cluster else "1",
+                str(OWED_BATCH),
             ]
             reply = self.core.run("leases_reap", keys, args)
+            notes = [(names[int(e[1]) - 1], e) for e in reply if isinstance(e, list)]
+            flat = [e for e in reply if not isinstance(e, list)]
             requeued: Counter[str] = Counter()
-            for i in range(0, len(reply), 3):
-                queue = names[int(reply[i]) - 1]
-                out.append(Reaped(make_id(queue, reply[i + 1]), reply[i + 2]))
-                requeued[queue] += reply[i + 2] == "pending"
+            for i in range(0, len(flat), 3):
+                queue = names[int(flat[i]) - 1]
+                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2]))
+                requeued[queue] += flat[i + 2] == "pending"
             left = params.limit - len(out)
             if self.cluster:
-                self.core.wake_after(dict(requeued))
+                for queue, count in requeued.items():
+                    notes.append((queue, ["woke", 0, count]))
+                self._settle(notes)
         return out
 
     def jobs_expire(self, params: JobsExpireParams) -> int:

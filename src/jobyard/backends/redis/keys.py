@@ -19,6 +19,13 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P:<queue>}:idem         hash    idempotency key -> number of the job holding it
     {P:<queue>}:ttl          string  the queue's time to live (ms) when fed with one
     {P:<queue>}:alive        string  expires ttl ms after the last push
+    {P:<queue>}:waiting      zset    workflow steps waiting for their inputs, score job number
+    {P:<queue>}:owed         set     Cluster: completed jobs whose release of a dependent in
+                                     another queue is not paid yet (jobs_ack, leases_reap)
+    {P:<queue>}:workflows    hash    job number -> workflow id, for jobs of a workflow
+    {P:<queue>}:wf:<id>      zset    the queue's jobs of workflow <id>, score job number
+    {P:<queue>}:inputs:<n>   set     Cluster: ids of the inputs already counted for waiting
+                                     job <n> (an owed release is paid once however often sent)
     {P:<queue>}:job:<n>      hash    one job
     {P:<queue>}:schedule:<s> hash    a recurring job of this queue (cron, job, next/last run)
 
@@ -51,6 +58,9 @@ QUEUE_KEY_SUFFIXES: tuple[str, ...] = (
     "idem",
     "ttl",
     "alive",
+    "waiting",
+    "owed",
+    "workflows",
 )
 """The keys of one queue, in the order every job script receives them (see ``_lib.lua``)."""
 
@@ -86,13 +96,17 @@ class Keys:
         return "{" + self.prefix + ":" + queue + "}"
 
     def queue(self, queue: str) -> list[str]:
-        """The 13 keys of a queue, in ``QUEUE_KEY_SUFFIXES`` order."""
+        """The 16 keys of a queue, in ``QUEUE_KEY_SUFFIXES`` order."""
         base = self.tag(queue) + ":"
         return [base + suffix for suffix in QUEUE_KEY_SUFFIXES]
 
     def job(self, queue: str, number: str) -> str:
         """The hash of one job."""
         return f"{self.tag(queue)}:job:{number}"
+
+    def owed(self, queue: str) -> str:
+        """The set of completed jobs of ``queue`` whose release of a dependent is owed."""
+        return f"{self.tag(queue)}:owed"
 
     def schedule(self, queue: str, name: str) -> str:
         """The hash of one schedule, on its job's queue so a tick fires in one script."""

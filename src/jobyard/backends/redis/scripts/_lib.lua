@@ -1,6 +1,6 @@
 -- _lib.lua: helpers prepended to every jobyard job script. Not an operation of its own.
 --
--- A queue's keys arrive as a group of 13 KEYS, in the order of keys.QUEUE_KEY_SUFFIXES:
+-- A queue's keys arrive as a group of 16 KEYS, in the order of keys.QUEUE_KEY_SUFFIXES:
 --   1 config          hash: the queue's settings (queues_configure)
 --   2 prios           zset: priority levels that may hold pending jobs (score = priority)
 --   3 claims          zset: running job numbers, score = lease expiry (the watchdog's set)
@@ -14,17 +14,28 @@
 --  11 idem            hash: idempotency key -> number of the pending or running job holding it
 --  12 ttl             string: the queue's time to live in ms, when it was fed with one
 --  13 alive           string: expires ttl ms after the last push; gone = the queue lapsed
+--  14 waiting         zset: workflow steps waiting for their inputs, score = number
+--  15 owed            set: Cluster only: completed job numbers whose release of a dependent in
+--                     another queue is still to be paid (jobs_ack, then leases_reap if need be)
+--  16 workflows       hash: job number -> workflow id (jobs of a workflow only)
 --
 -- Keys built inside a script -- a job's hash "<base>job:<n>" and a priority level's ready set
 -- "<base>ready:<p>" (score = run_at, member = the zero-padded number, so equal run_at values
 -- fall back to enqueue order) -- carry the same hash tag "{prefix:queue}" as the declared keys,
 -- so on Redis Cluster they live on the declared keys' slot and the script stays on one node.
+-- So do "<base>wf:<workflow id>" (zset, score = number: a workflow's jobs in this queue) and
+-- "<base>inputs:<n>" (set, Cluster only: the input ids already counted for waiting job n).
+-- One exception, single node only: jobs_ack.lua releases a dependent in a queue it was not
+-- given by building that queue's keys from their names (keys_at), which a single node allows.
 --
 -- Times are epoch seconds as doubles. Numbers handed to redis.call are formatted by Redis
 -- exactly (17 significant digits); tostring() would round to 14, so floats go back to the
 -- client through fmt().
 
-local NQ = 13
+local NQ = 16
+local SUFFIXES = {'config', 'prios', 'claims', 'pending', 'completed', 'failed', 'cancelled',
+  'done:completed', 'done:failed', 'done:cancelled', 'idem', 'ttl', 'alive', 'waiting', 'owed',
+  'workflows'}
 
 local function now_from(arg)
   if arg ~= nil and arg ~= '' then
@@ -50,17 +61,28 @@ local function nz(v)
   return v
 end
 
-local function queue_keys(g)
-  local b = (g - 1) * NQ
+-- The keys of a queue as a table, from their 16 names in QUEUE_KEY_SUFFIXES order.
+local function keys_table(name)
   local k = {
-    config = KEYS[b + 1], prios = KEYS[b + 2], claims = KEYS[b + 3], pending = KEYS[b + 4],
-    completed = KEYS[b + 5], failed = KEYS[b + 6], cancelled = KEYS[b + 7],
-    done_completed = KEYS[b + 8], done_failed = KEYS[b + 9], done_cancelled = KEYS[b + 10],
-    idem = KEYS[b + 11], ttl = KEYS[b + 12], alive = KEYS[b + 13],
+    config = name(1), prios = name(2), claims = name(3), pending = name(4),
+    completed = name(5), failed = name(6), cancelled = name(7),
+    done_completed = name(8), done_failed = name(9), done_cancelled = name(10),
+    idem = name(11), ttl = name(12), alive = name(13), waiting = name(14), owed = name(15),
+    workflows = name(16),
   }
   k.base = string.sub(k.config, 1, -7) -- strip "config": "{prefix:queue}:"
   k.running = k.claims
   return k
+end
+
+local function queue_keys(g)
+  local b = (g - 1) * NQ
+  return keys_table(function(i) return KEYS[b + i] end)
+end
+
+-- The keys of a queue by its base "{prefix:queue}:" (single node only: see the top).
+local function keys_at(base)
+  return keys_table(function(i) return base .. SUFFIXES[i] end)
 end
 
 local function job_key(k, n)
@@ -156,13 +178,87 @@ local function wake(key, count)
   redis.call('LTRIM', key, 0, 15)
 end
 
+-- Workflows ------------------------------------------------------------------------------------
+-- A step inserted with inputs is "waiting" (index k.waiting) with fields depends_on (its inputs'
+-- ids, comma separated, written once) and waits (inputs not completed yet); each input lists it
+-- in dependents. A completion counts one input of each dependent (count_input); the last one
+-- moves the step to pending. The counter is one field apart from the id list, so a group of
+-- thousands of members costs each completion O(1).
+
+-- Input `input` of waiting job n (keys dk) completed: count it; the last one makes n pending,
+-- never before its own run_at. With `input` (Cluster's owed releases, which may be sent more
+-- than once) an input is counted only the first time it is added to n's set of counted inputs.
+-- A job that is not waiting any more (cancelled, released) is left alone.
+-- Returns 1 if n became pending, else 0.
+local function count_input(dk, n, now, input)
+  local jk = job_key(dk, n)
+  local f = redis.call('HMGET', jk, 'status', 'priority', 'run_at')
+  if f[1] ~= 'waiting' then
+    return 0
+  end
+  local counted = dk.base .. 'inputs:' .. n
+  if input and redis.call('SADD', counted, input) == 0 then
+    return 0
+  end
+  if redis.call('HINCRBY', jk, 'waits', -1) > 0 then
+    return 0
+  end
+  local run_at = math.max(tonumber(f[3]) or now, now)
+  redis.call('HDEL', jk, 'waits')
+  redis.call('HSET', jk, 'status', 'pending', 'run_at', run_at)
+  redis.call('ZREM', dk.waiting, n)
+  if input then
+    redis.call('DEL', counted)
+  end
+  to_ready(dk, n, f[2], run_at)
+  return 1
+end
+
+-- A waiting job leaves for another state than pending (cancelled): out of the waiting index.
+local function from_waiting(k, jk, n)
+  redis.call('ZREM', k.waiting, n)
+  redis.call('HDEL', jk, 'waits')
+  redis.call('DEL', k.base .. 'inputs:' .. n)
+end
+
+-- Split "a,b,c" (ids never hold a comma).
+local function split_ids(s)
+  local out = {}
+  if s then
+    for id in string.gmatch(s, '[^,]+') do
+      out[#out + 1] = id
+    end
+  end
+  return out
+end
+
+-- The queue and number of a job id "<queue>:<n>".
+local function parse_id(id)
+  return string.match(id, '^(.*):(%d+)$')
+end
+
+-- Deleting finished job n (purge, retention): its workflow index entry goes too. has_wf: the
+-- queue's workflows hash exists (checked once per call, so plain queues pay nothing more).
+local function drop_job(k, n, status, has_wf)
+  redis.call('DEL', job_key(k, n))
+  from_finished(k, n, status)
+  if has_wf then
+    local wf = redis.call('HGET', k.workflows, n)
+    if wf then
+      redis.call('ZREM', k.base .. 'wf:' .. wf, n)
+      redis.call('HDEL', k.workflows, n)
+    end
+  end
+end
+
 -- A job hash is only trusted once checked: something other than jobyard may have written it
 -- (HDEL, HSET by hand, a half-restored backup). fault(jk) is nil for a sound record, else the
 -- reason, e.g. "field lease missing"; the scripts then fail that job alone (fail_corrupt)
 -- instead of erroring half-way through a batch. Bounds match the ones enforced at enqueue.
 local MAX_PRIORITY = 2147483647
 local DELIVERIES = {at_least_once = true, at_most_once = true}
-local KNOWN_STATES = {pending = true, running = true, completed = true, failed = true, cancelled = true}
+local KNOWN_STATES = {waiting = true, pending = true, running = true, completed = true,
+  failed = true, cancelled = true}
 
 local function finite(x)
   return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge
@@ -233,6 +329,12 @@ local function record(k, n)
   return h
 end
 
+-- Whether an insert row is a workflow step with inputs (row[15]: its inputs).
+local function waits_on(job)
+  local after = nz(job[15])
+  return after ~= nil and #after > 0
+end
+
 -- Insert jobs, all or nothing (jobs_insert.lua, schedules_fire.lua).
 --   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
 --   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
@@ -242,7 +344,7 @@ end
 -- (two strings: a batch's reply stays small) or {"full", queue, max_pending}.
 local function insert_jobs(o)
   local ng = #o.names
-  local groups, cfg, fresh = {}, {}, {}
+  local groups, cfg, fresh = {}, {}, {} -- fresh: new jobs per group that will be pending
   for g = 1, ng do
     groups[g] = queue_keys(g)
     if not o.dry then
@@ -254,6 +356,7 @@ local function insert_jobs(o)
 
   -- First pass: which jobs are new. A key held by a pending or running job of the same queue
   -- returns that job; a key repeated in this batch maps to its first job.
+  local created_total = 0
   local plan = {} -- i -> {n = held number} | {first = index of the batch job holding the key} | {}
   local in_batch = {}
   for i, job in ipairs(o.jobs) do
@@ -276,22 +379,24 @@ local function insert_jobs(o)
       plan[i] = held
     else
       plan[i] = {}
-      fresh[g] = fresh[g] + 1
+      created_total = created_total + 1
+      if not waits_on(job) then
+        fresh[g] = fresh[g] + 1
+      end
       if key then
         in_batch[g .. '|' .. key] = i
       end
     end
   end
 
-  local total = 0
   for g = 1, ng do
     local max_pending = tonumber(cfg[g][3])
     if max_pending and fresh[g] > 0
       and redis.call('ZCARD', groups[g].pending) + fresh[g] > max_pending then
       return {'full', o.names[g], cfg[g][3]}
     end
-    total = total + fresh[g]
   end
+  local total = created_total
   if o.dry then
     return {'ok'}
   end
@@ -307,6 +412,7 @@ local function insert_jobs(o)
   local levels = {} -- priority -> its ready set's key, once per batch
   local adds = {} -- key -> {score, member, score, member, ...}
   local order = {}
+  local derived = {} -- position -> ids of the batch's steps waiting on it (dependents)
   local function add(key, score, member)
     local t = adds[key]
     if not t then
@@ -337,8 +443,10 @@ local function insert_jobs(o)
       local prio = int(job[4])
       local run_at = nz(job[6]) or (o.now + job[5])
       -- attempts (0) and delivery (at_least_once) are left out while they hold their default
+      local waiting = waits_on(job)
       local fields = {
-        'name', job[2], 'payload', job[3], 'status', 'pending', 'priority', prio,
+        'name', job[2], 'payload', job[3], 'status', waiting and 'waiting' or 'pending',
+        'priority', prio,
         'max_attempts', nz(job[7]) or tonumber(cfg[g][1]) or o.default_attempts,
         'run_at', run_at, 'created_at', o.now, 'lease', job[10],
       }
@@ -364,19 +472,56 @@ local function insert_jobs(o)
         fields[#fields + 1] = 'parent_id'
         fields[#fields + 1] = job[13]
       end
-      redis.call('HSET', job_key(k, n), unpack(fields))
-      -- what to_ready does, batched
-      local level = levels[g .. ':' .. prio]
-      if not level then
-        level = k.base .. 'ready:' .. prio
-        levels[g .. ':' .. prio] = level
-        add(k.prios, prio, prio)
+      local wf = nz(job[14])
+      if wf then
+        fields[#fields + 1] = 'workflow_id'
+        fields[#fields + 1] = wf
+        redis.call('HSET', k.workflows, n, wf)
+        add(k.base .. 'wf:' .. wf, n, n)
       end
-      add(level, run_at, pad(n))
-      add(k.pending, n, n)
+      if waiting then
+        local ids = {}
+        local id = o.names[g] .. ':' .. n
+        for j, e in ipairs(job[15]) do
+          if type(e) == 'number' then -- a position in this batch (single node)
+            ids[j] = o.names[o.jobs[e][1]] .. ':' .. numbers[e]
+            derived[e] = derived[e] or {}
+            table.insert(derived[e], id)
+          else -- an id the caller knew (Cluster: numbers reserved beforehand)
+            ids[j] = e
+          end
+        end
+        fields[#fields + 1] = 'depends_on'
+        fields[#fields + 1] = table.concat(ids, ',')
+        fields[#fields + 1] = 'waits'
+        fields[#fields + 1] = #ids
+      end
+      local dependents = nz(job[16])
+      if dependents and #dependents > 0 then
+        fields[#fields + 1] = 'dependents'
+        fields[#fields + 1] = table.concat(dependents, ',')
+      end
+      redis.call('HSET', job_key(k, n), unpack(fields))
+      if waiting then
+        add(k.waiting, n, n)
+      else -- what to_ready does, batched
+        local level = levels[g .. ':' .. prio]
+        if not level then
+          level = k.base .. 'ready:' .. prio
+          levels[g .. ':' .. prio] = level
+          add(k.prios, prio, prio)
+        end
+        add(level, run_at, pad(n))
+        add(k.pending, n, n)
+      end
     end
     numbers[i] = n
     flags[i] = created
+  end
+
+  for pos, ids in pairs(derived) do
+    local k = groups[o.jobs[pos][1]]
+    redis.call('HSET', job_key(k, numbers[pos]), 'dependents', table.concat(ids, ','))
   end
 
   for _, key in ipairs(order) do

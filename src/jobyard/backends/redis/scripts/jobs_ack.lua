@@ -1,10 +1,12 @@
 -- jobs_ack.lua: settle a batch of claimed jobs, each fenced by its lease token.
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept (0: forever) unless
 --       the queue's config sets its own retention
---       [3] seconds a failed job is kept (0: forever)
---       [4] JSON array of outcomes, each [group, number, token, kind, result|null, error|null,
+--       [3] seconds a failed job is kept (0: forever)   [4] the key prefix
+--       [5] "1" = a single node: release dependents in any queue here (see keys_at in _lib.lua)
+--           and push their wake tokens; "" = Cluster: only those of the completed job's queue
+--       [6] JSON array of outcomes, each [group, number, token, kind, result|null, error|null,
 --           delay]; kind is completed, retry, failed, cancelled or release
 -- Touches: the settled job hashes (a completed one drops the fields only a next attempt reads;
 --          reads each queue's config); per group the claims set, the ready levels, prios and pending
@@ -12,13 +14,46 @@
 --          cancelled).
 --          A job whose record turned corrupt while it ran (see fault() in _lib.lua) is failed
 --          with the reason unless the outcome completes it.
+--          A completed job with dependents counts itself as an input of each (count_input in
+--          _lib.lua): the last input moves a waiting step to pending, in this same script. On
+--          Cluster a dependent in another queue (another slot) cannot be reached here: the job's
+--          number goes into the owed set and the caller pays the release (jobs_release.lua),
+--          then clears the entry; leases_reap.lua reports entries a dead caller left.
 -- Returns: the 1-based positions of the outcomes refused because the job was not running with
---          that token (a stale worker); nothing changed for those.
+--          that token (a stale worker); nothing changed for those. Then, Cluster only, arrays:
+--          {"owed", group, number, dependents} for each release owed, and {"woke", group,
+--          count} for a group whose own waiting jobs became pending (the caller wakes them).
 
 local now = now_from(ARGV[1])
 local result_ttl = tonumber(ARGV[2])
 local failed_ttl = tonumber(ARGV[3])
-local outcomes = cjson.decode(ARGV[4])
+local prefix = ARGV[4]
+local single = ARGV[5] == '1'
+local outcomes = cjson.decode(ARGV[6])
+local notes = {} -- Cluster: owed releases and wake counts
+local woke = {} -- single node: wake list key -> count; Cluster: group -> count
+
+-- Completed job n of group g (keys k) lists dependents `deps`: count it as their input.
+local function release(k, g, n, deps)
+  local owed = false
+  for _, id in ipairs(split_ids(deps)) do
+    local q, dn = parse_id(id)
+    local base = '{' .. prefix .. ':' .. q .. '}:'
+    if base == k.base or single then
+      local dk = base == k.base and k or keys_at(base)
+      if count_input(dk, dn, now, nil) == 1 then
+        local key = single and '{' .. prefix .. '}:wake:' .. q or g
+        woke[key] = (woke[key] or 0) + 1
+      end
+    else
+      owed = true
+    end
+  end
+  if owed then
+    redis.call('SADD', k.owed, n)
+    notes[#notes + 1] = {'owed', g, n, deps}
+  end
+end
 
 local refused = {}
 local groups = {}
@@ -32,7 +67,8 @@ for i, o in ipairs(outcomes) do
     kept[g] = retention_of(k, result_ttl)
   end
   local jk = job_key(k, n)
-  local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at')
+  local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at',
+    'dependents')
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
@@ -59,6 +95,9 @@ for i, o in ipairs(outcomes) do
       redis.call('HDEL', jk, unpack(gone))
       redis.call('HSET', jk, unpack(set))
       to_finished(k, jk, n, 'completed', now, kept[g])
+      if cur[6] then
+        release(k, g, n, cur[6])
+      end
     elseif kind == 'failed' then
       redis.call('HDEL', jk, 'token', 'lease_expires_at')
       redis.call('HSET', jk, 'status', 'failed', 'finished_at', now)
@@ -92,5 +131,15 @@ for i, o in ipairs(outcomes) do
       to_ready(k, n, cur[3], now)
     end
   end
+end
+for key, count in pairs(woke) do
+  if single then
+    wake(key, count)
+  else
+    notes[#notes + 1] = {'woke', key, count}
+  end
+end
+for _, note in ipairs(notes) do
+  refused[#refused + 1] = note
 end
 return refused

@@ -1,11 +1,11 @@
--- jobs_cancel.lua: cancel one pending job, or record a cancellation request on a running one
+-- jobs_cancel.lua: cancel one waiting or pending job, or record a cancellation request on a running one
 -- (its worker reads it back from leases_renew.lua; the first request's time and author stay).
 --
--- KEYS: the 13 keys of the job's queue (see _lib.lua).
+-- KEYS: the 16 keys of the job's queue (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] job number   [3] seconds a cancelled job is kept (0: forever)
 --       [4] who asks, "" = not said   [5] "1" = pending jobs only (a running one is refused)
 -- Touches: the job hash (status cancelled, finished_at, cancel_requested_at, cancelled_by); its
---          ready level, prios, pending; cancelled and done:cancelled; idem (the key is free
+--          ready level, prios, pending (a waiting job: waiting, its counted inputs); cancelled and done:cancelled; idem (the key is free
 --          again). A running job: only cancel_requested_at and cancelled_by of its hash.
 -- Returns: {"ok", field1, value1, ...} (the job after the change), {"missing"}, or
 --          {"status", current status} when the job is finished (or running, with ARGV[5]).
@@ -28,10 +28,14 @@ if cur[1] == 'running' and ARGV[5] ~= '1' then
       redis.call('HSET', jk, 'cancelled_by', by)
     end
   end
-elseif cur[1] ~= 'pending' then
+elseif cur[1] ~= 'pending' and cur[1] ~= 'waiting' then
   return {'status', cur[1]}
 else
-  from_ready(k, n, cur[2])
+  if cur[1] == 'waiting' then
+    from_waiting(k, jk, n)
+  else
+    from_ready(k, n, cur[2])
+  end
   redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now, 'cancel_requested_at', now)
   if by ~= '' then
     redis.call('HSET', jk, 'cancelled_by', by)

@@ -1,6 +1,6 @@
 -- jobs_claim.lua: claim up to a limit of due jobs from one or more queues (or only peek at them).
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit   [4] worker id
 --       [5] token prefix (random, fresh per call; the token is "<prefix>.<number>")
 --       [6] "1" = peek: report the candidates, claim nothing

@@ -1,6 +1,6 @@
 -- jobs_insert.lua: insert a batch of jobs into one or more queues, all or nothing.
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[4] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[4] is "1" (a single
 --       Redis node): the job sequence, the queue registry set, and one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME        [2] JSON array of the groups' queue names
 --       [3] JSON array of a reserved job number per job, "" = take them from the sequence key
@@ -8,8 +8,12 @@
 --       [7] default max_attempts
 --       [8] JSON array of jobs, each [group, name, payload, priority, delay, run_at|null,
 --           max_attempts|null, backoff|null, timeout|null, lease, delivery,
---           idempotency_key|null, parent_id|null]
--- Touches: job hashes, ready levels, prios, pending, idem, ttl/alive of each group; with the
+--           idempotency_key|null, parent_id|null] and, for a workflow job only, three more:
+--           workflow_id|null, inputs (1-based positions of earlier jobs of this array, or ids
+--           when ARGV[3] reserved the numbers; none: not waiting), dependents (ids, given
+--           with reserved numbers; else derived from the positions)
+-- Touches: job hashes, ready levels, prios, pending (waiting for a step with inputs), idem,
+--          workflows and wf:<id> (workflow jobs), ttl/alive of each group; with the
 --          global keys: INCRBY on the sequence, SADD on the registry, LPUSH/LTRIM on wake lists.
 -- Returns: {"ok", "number1,number2,...", "110..."} in job order (1: created, 0: the number of
 --          the job holding its idempotency key), or {"full", queue, max_pending} having written

@@ -1,8 +1,9 @@
--- jobs_list.lua: jobs of one or more queues, newest first, filtered by status and name.
+-- jobs_list.lua: jobs of one or more queues, newest first, filtered by status, name and workflow.
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _lib.lua).
 -- ARGV: [1] number of groups   [2] status, "" = any   [3] job name, "" = any
---       [4] offset   [5] limit
+--       [4] offset   [5] limit   [6] workflow id, "" = any (then the workflow's index
+--       "wf:<id>" of each queue is read instead of the state indexes)
 -- Touches: nothing (reads the state indexes and job hashes).
 -- Returns: one array per job: {group, number, field1, value1, ...}.
 --
@@ -18,28 +19,22 @@ local offset = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
 local want = offset + limit
 local CHUNK = 200
-local STATES = {'pending', 'running', 'completed', 'failed', 'cancelled'}
+local workflow = ARGV[6] or ''
+local STATES = {'waiting', 'pending', 'running', 'completed', 'failed', 'cancelled'}
 
--- The newest `want` matching numbers of one index, as {n = number, g = group} entries.
-local function newest(k, g, st, found)
-  local key = k[st]
-  local got = 0
-  if st == 'running' then
-    -- claims is scored by lease expiry; it holds no more than the running jobs, so sort here
-    local ns = redis.call('ZRANGE', key, 0, -1)
-    table.sort(ns, function(a, b) return tonumber(a) > tonumber(b) end)
-    for _, n in ipairs(ns) do
-      if got >= want then
-        break
-      end
-      local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
-      if (f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name) then
-        found[#found + 1] = {n = n, g = g}
-        got = got + 1
-      end
-    end
-    return
+-- Whether a job of index entry n matches: its status st ("" = any; a corrupt status matches
+-- the index it is in) and the name filter.
+local function matches(k, n, st)
+  local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
+  if f[1] == false and redis.call('EXISTS', job_key(k, n)) == 0 then
+    return false -- expired (retention), not pruned yet; a hash without status is listed
   end
+  return (st == '' or f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name)
+end
+
+-- The newest `want` matching numbers of index `key` (scored by number), as {n, g} entries.
+local function newest_in(k, g, key, st, found)
+  local got = 0
   local start = 0
   while got < want do
     local ns = redis.call('ZREVRANGE', key, start, start + CHUNK - 1)
@@ -47,8 +42,7 @@ local function newest(k, g, st, found)
       break
     end
     for _, n in ipairs(ns) do
-      local f = redis.call('HMGET', job_key(k, n), 'status', 'name')
-      if (f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name) then
+      if matches(k, n, st) then
         found[#found + 1] = {n = n, g = g}
         got = got + 1
         if got >= want then
@@ -60,10 +54,34 @@ local function newest(k, g, st, found)
   end
 end
 
+-- The newest `want` matching numbers of one state's index, as {n = number, g = group} entries.
+local function newest(k, g, st, found)
+  local key = k[st]
+  local got = 0
+  if st == 'running' then
+    -- claims is scored by lease expiry; it holds no more than the running jobs, so sort here
+    local ns = redis.call('ZRANGE', key, 0, -1)
+    table.sort(ns, function(a, b) return tonumber(a) > tonumber(b) end)
+    for _, n in ipairs(ns) do
+      if got >= want then
+        break
+      end
+      if matches(k, n, st) then
+        found[#found + 1] = {n = n, g = g}
+        got = got + 1
+      end
+    end
+    return
+  end
+  newest_in(k, g, key, st, found)
+end
+
 local found = {}
 for g = 1, ng do
   local k = queue_keys(g)
-  if status == '' then
+  if workflow ~= '' then
+    newest_in(k, g, k.base .. 'wf:' .. workflow, status, found)
+  elseif status == '' then
     for _, st in ipairs(STATES) do
       newest(k, g, st, found)
     end

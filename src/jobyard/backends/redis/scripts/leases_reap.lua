@@ -1,7 +1,7 @@
 -- leases_reap.lua: the watchdog. Recover running jobs whose lease lapsed (their worker stopped
 -- renewing it). Retention is jobs_expire.lua's.
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua); then, when ARGV[7] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[7] is "1" (a single
 --       Redis node), one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit (recovered jobs, all groups)
 --       [4] seconds a failed job is kept (0: forever)   [5] the lease-lost error
@@ -9,7 +9,10 @@
 -- Touches: per group the claims set and the recovered job hashes: back to pending (ready level,
 --          prios, pending; the attempt stays counted) or failed (at_most_once, or attempts
 --          spent, or a corrupt record: see fault() in _lib.lua).
--- Returns: 3 strings per recovered job: group, number, new status.
+--          Reads (Cluster, ARGV[7] ""): up to ARGV[8] entries of each group's owed set.
+-- Returns: 3 strings per recovered job: group, number, new status. Then, Cluster only, an array
+--          {"owed", group, number, dependents} per release a completion left owed (jobs_ack.lua):
+--          its caller may have died before paying it; the backend pays it (idempotent).
 
 local now = now_from(ARGV[1])
 local ng = tonumber(ARGV[2])
@@ -18,6 +21,8 @@ local failed_ttl = tonumber(ARGV[4])
 local lost_error = ARGV[5]
 local at_most_once_error = ARGV[6]
 local global = ARGV[7] == '1'
+local owed_limit = tonumber(ARGV[8]) or 0
+local notes = {}
 
 local out = {}
 local left = limit
@@ -61,6 +66,13 @@ for g = 1, ng do
   end
   if global then
     wake(KEYS[ng * NQ + g], requeued)
+  elseif owed_limit > 0 then
+    for _, n in ipairs(redis.call('SRANDMEMBER', k.owed, owed_limit)) do
+      notes[#notes + 1] = {'owed', g, n, redis.call('HGET', job_key(k, n), 'dependents') or ''}
+    end
   end
+end
+for _, note in ipairs(notes) do
+  out[#out + 1] = note
 end
 return out

@@ -1,9 +1,9 @@
 -- stats_get.lua: counts by state for one or more queues.
 --
--- KEYS: the 13 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups
 -- Touches: nothing (ZCARD and ZCOUNT on the state indexes).
--- Returns: 7 integers per group: pending, running, completed, failed, cancelled, completed in
+-- Returns: 8 integers per group: waiting, pending, running, completed, failed, cancelled, completed in
 --          the last 60 seconds, 1 if the queue has a configuration.
 
 local now = now_from(ARGV[1])
@@ -11,6 +11,7 @@ local ng = tonumber(ARGV[2])
 local out = {}
 for g = 1, ng do
   local k = queue_keys(g)
+  out[#out + 1] = redis.call('ZCARD', k.waiting)
   out[#out + 1] = redis.call('ZCARD', k.pending)
   out[#out + 1] = redis.call('ZCARD', k.claims)
   out[#out + 1] = redis.call('ZCARD', k.completed)

@@ -1,0 +1,139 @@
+"""What only the Redis store has of workflows: the release a completion owes to a dependent in
+another hash slot on Cluster (recorded by the ack script, paid by ``jobs_ack`` or, if its caller
+died in between, by ``leases_reap``; paid once however often), the compact completed record that
+keeps a workflow's links and result, and the workflow index that retention cleans up. The
+contract of the moves themselves is tests/contract/test_workflow_moves.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobyard.backends.base import (
+    JobsAckParams,
+    JobsClaimParams,
+    JobsListParams,
+    JobsPurgeParams,
+    LeasesReapParams,
+    Outcome,
+)
+from jobyard.backends.redis.backend import RedisBackend
+from jobyard.clock import FrozenClock
+from tests.redis.conftest import insert, new
+
+FLOW = "wf-1"
+
+
+def step(*after: int, queue: str = "q") -> Any:
+    return new(queue, workflow_id=FLOW, after=after)
+
+
+def completed(backend: RedisBackend, queue: str) -> list[Outcome]:
+    """Claim every due job of ``queue`` and return their completions (not sent)."""
+    held = backend.jobs_claim(JobsClaimParams("w1", (queue,), 100))
+    return [Outcome(c.id, c.token, "completed", result=f'"{c.id}"') for c in held]
+
+
+def status(backend: RedisBackend, job_id: str) -> str:
+    rec = backend.jobs_get(job_id)
+    assert rec is not None
+    return rec.status
+
+
+def ready(backend: RedisBackend, queue: str) -> list[str]:
+    """The pending index of ``queue``: each entry once a job is released (claimable)."""
+    key = backend.keys.queue(queue)[3]
+    return sorted(backend.client.zrange(key, 0, -1))
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_a_release_left_owed_by_a_dead_caller_is_paid_once_by_the_reaper(
+    backend: RedisBackend,
+) -> None:
+    # given a join in queue "c" waiting on members in queues "a" and "b" (other slots)
+    _, m2, join = insert(backend, step(queue="a"), step(queue="b"), step(0, 1, queue="c"))
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    # when m2's completion runs its script and the caller dies before paying the release
+    refused, notes = backend._ack(JobsAckParams(completed(backend, "b")))
+    assert refused == [] and [n[1][0] for n in notes] == ["owed"]
+    # then m2 is completed, the release is owed in its queue, and the join still waits
+    assert status(backend, m2) == "completed"
+    assert backend.client.smembers(backend.keys.owed("b")) == {m2.rsplit(":", 1)[1]}
+    assert status(backend, join) == "waiting"
+    # when the watchdog runs
+    assert backend.leases_reap(LeasesReapParams()) == []
+    # then it paid the release: the join is pending and nothing is owed
+    assert status(backend, join) == "pending"
+    assert backend.client.scard(backend.keys.owed("b")) == 0
+    # and a second run and a late payer sending the same release change nothing
+    backend.leases_reap(LeasesReapParams())
+    backend.pay_owed([("b", m2.rsplit(":", 1)[1], join)])
+    assert ready(backend, "c") == [join.rsplit(":", 1)[1]]
+    assert [c.id for c in backend.jobs_claim(JobsClaimParams("w1", ("c",), 10))] == [join]
+    assert backend.jobs_claim(JobsClaimParams("w1", ("c",), 10)) == []
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_an_owed_release_paid_twice_counts_its_input_once(backend: RedisBackend) -> None:
+    # given a join in "c" waiting on two members of "a"
+    m1, m2, join = insert(backend, step(queue="a"), step(queue="a"), step(0, 1, queue="c"))
+    held = completed(backend, "a")
+    # when only m1 completes, and its owed release is paid by both the ack and a repeat
+    first = [o for o in held if o.id == m1]
+    _, notes = backend._ack(JobsAckParams(first))
+    backend._settle(notes)
+    backend.pay_owed([("a", m1.rsplit(":", 1)[1], join)])
+    # then the join still waits for m2
+    assert status(backend, join) == "waiting"
+    # and m2's completion releases it
+    backend.jobs_ack(JobsAckParams([o for o in held if o.id == m2]))
+    assert status(backend, join) == "pending"
+    assert backend.client.scard(backend.keys.owed("a")) == 0
+
+
+def test_a_completed_step_keeps_its_result_and_links(backend: RedisBackend) -> None:
+    # given a chain a -> b whose first step completed (the completed record is compacted)
+    a, b = insert(backend, step(), step(0))
+    backend.jobs_ack(JobsAckParams(completed(backend, "q")))
+    backend.jobs_ack(JobsAckParams(completed(backend, "q")))
+    # then both completed records keep what a join reads: result, workflow and links
+    ra, rb = backend.jobs_get(a), backend.jobs_get(b)
+    assert ra is not None and rb is not None
+    assert (ra.status, ra.result, ra.workflow_id) == ("completed", f'"{a}"', FLOW)
+    assert (ra.depends_on, ra.dependents) == ((), (b,))
+    assert (rb.status, rb.result, rb.depends_on, rb.dependents) == ("completed", f'"{b}"', (a,), ())
+    # and the counter of inputs is gone with the wait
+    assert backend.client.hget(backend.keys.job("q", b.rsplit(":", 1)[1]), "waits") is None
+
+
+def test_a_plain_job_writes_no_workflow_field_or_key(backend: RedisBackend) -> None:
+    (a,) = insert(backend, new())
+    backend.jobs_ack(JobsAckParams(completed(backend, "q")))
+    h = backend.client.hgetall(backend.keys.job("q", a.rsplit(":", 1)[1]))
+    assert not {"workflow_id", "depends_on", "dependents", "waits"} & h.keys()
+    assert backend.client.exists(backend.keys.queue("q")[15]) == 0  # the workflows hash
+
+
+@pytest.mark.parametrize("kind", ["node"])
+def test_one_node_releases_across_queues_in_the_ack_itself(backend: RedisBackend) -> None:
+    _, join = insert(backend, step(queue="a"), step(0, queue="c"))
+    refused, notes = backend._ack(JobsAckParams(completed(backend, "a")))
+    assert (refused, notes) == ([], [])
+    assert status(backend, join) == "pending"
+    assert backend.client.exists(backend.keys.owed("a")) == 0
+
+
+def test_purging_a_workflow_drops_its_index(backend: RedisBackend, clock: FrozenClock) -> None:
+    # given a completed chain, listed by its workflow
+    a, b = insert(backend, step(), step(0))
+    backend.jobs_ack(JobsAckParams(completed(backend, "q")))
+    backend.jobs_ack(JobsAckParams(completed(backend, "q")))
+    assert [r.id for r in backend.jobs_list(JobsListParams(workflow_id=FLOW))] == [b, a]
+    # when its jobs are purged
+    clock.advance(10)
+    assert backend.jobs_purge(JobsPurgeParams(older_than=1, statuses=("completed",))) == 2
+    # then the workflow's index and its job -> workflow entries are gone
+    tag = backend.keys.tag("q")
+    assert backend.client.exists(f"{tag}:wf:{FLOW}", backend.keys.queue("q")[15]) == 0
+    assert backend.jobs_list(JobsListParams(workflow_id=FLOW)) == []
