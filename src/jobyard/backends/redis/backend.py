@@ -51,6 +51,7 @@ from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNo
 from .. import mask_url
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
+    CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     STATUSES,
@@ -707,6 +708,7 @@ class RedisBackend:
                 AT_MOST_ONCE_LOST_ERROR,
                 "" if self.cluster else "1",
                 str(OWED_BATCH),
+                CANCEL_LOST_ERROR,
             ]
             reply = self.core.run("leases_reap", keys, args)
             notes = [(names[int(e[1]) - 1], e) for e in reply if isinstance(e, list)]

@@ -6,9 +6,11 @@
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit (recovered jobs, all groups)
 --       [4] seconds a failed job is kept (0: forever)   [5] the lease-lost error
 --       [6] the at-most-once-lost error   [7] "1" = wake lists follow
--- Touches: per group the claims set and the recovered job hashes: back to pending (ready level,
---          prios, pending; the attempt stays counted) or failed (at_most_once, or attempts
---          spent, or a corrupt record: see fault() in _lib.lua).
+--       [8] owed entries to read per group (Cluster)   [9] the cancelled-on-request error
+-- Touches: per group the claims set and the recovered job hashes: cancelled (a cancellation
+--          was asked), back to pending (ready level, prios, pending; the attempt stays counted)
+--          or failed (at_most_once, or attempts spent, or a corrupt record: see fault() in
+--          _lib.lua).
 --          Reads (Cluster, ARGV[7] ""): up to ARGV[8] entries of each group's owed set.
 -- Returns: 3 strings per recovered job: group, number, new status. Then, Cluster only, an array
 --          {"owed", group, number, dependents} per release a completion left owed (jobs_ack.lua):
@@ -22,6 +24,7 @@ local lost_error = ARGV[5]
 local at_most_once_error = ARGV[6]
 local global = ARGV[7] == '1'
 local owed_limit = tonumber(ARGV[8]) or 0
+local cancel_error = ARGV[9]
 local notes = {}
 
 local out = {}
@@ -35,7 +38,8 @@ for g = 1, ng do
     for _, n in ipairs(lapsed) do
       local jk = job_key(k, n)
       redis.call('ZREM', k.claims, n)
-      local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority')
+      local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority',
+        'cancel_requested_at')
       local bad = fault(jk)
       if f[1] == 'running' then
         redis.call('HDEL', jk, 'token', 'lease_expires_at')
@@ -43,6 +47,10 @@ for g = 1, ng do
         if bad then
           status = 'failed'
           fail_corrupt(k, jk, n, now, bad, failed_ttl)
+        elseif f[6] then
+          status = 'cancelled'
+          redis.call('HSET', jk, 'status', status, 'error', cancel_error, 'finished_at', now)
+          to_finished(k, jk, n, status, now, failed_ttl)
         elseif f[2] == 'at_most_once' then
           status = 'failed'
           redis.call('HSET', jk, 'status', status, 'error', at_most_once_error, 'finished_at', now)
