@@ -245,7 +245,10 @@ class Lifecycle(RuleBasedStateMachine):
         for j in self.held():
             assert j.expires is not None
             if j.expires < self.now():
-                expected[j.id] = "failed" if j.attempts >= j.max_attempts else "pending"
+                if j.asked:  # a cancellation was asked: the reaper ends it cancelled
+                    expected[j.id] = "cancelled"
+                else:
+                    expected[j.id] = "failed" if j.attempts >= j.max_attempts else "pending"
         got = {r.id: r.status for r in self.backend.leases_reap(LeasesReapParams())}
         assert got == expected
         for job_id, status in got.items():
