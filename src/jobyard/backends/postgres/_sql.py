@@ -21,6 +21,8 @@ class Queries:
     jobs_get: str
     jobs_list: str
     jobs_list_status: str
+    jobs_list_workflow: str
+    jobs_list_ids: str
     jobs_cancel: str
     jobs_retry: str
     jobs_purge: str
@@ -39,6 +41,7 @@ class Queries:
     tidy_lock: str
     tidy_unlock: str
     tidy_dead: str
+    vacuum_jobs_waiting: str
     vacuum_jobs_pending: str
     vacuum_jobs_running: str
     vacuum_job_keys: str

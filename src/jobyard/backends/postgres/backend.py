@@ -1,7 +1,9 @@
 """The PostgreSQL backend: many worker hosts against one database.
 
-- Jobs live in a table partitioned by status (seed 001): the pending partition holds only what
-  is waiting, so the claim index stays small however many jobs have finished.
+- Jobs live in a table partitioned by status (seed 001): the pending partition holds only the
+  jobs to claim, so the claim index stays small however many jobs have finished. Workflow steps
+  wait for their inputs in a ``waiting`` partition; the completion of the last input moves
+  the step to pending in the same statement (``jobs_ack``, 0006_workflows.sql).
 - A claim is one statement: ``FOR UPDATE SKIP LOCKED`` in claim order, per queue, so claimers
   never block one another; only claimers of a queue with a ``max_concurrency`` take turns.
 - Outcomes are settled in batches (arrays, ``unnest``), each fenced by its claim's token.
@@ -106,8 +108,14 @@ def exact_out(value: str | None) -> str | None:
     return decoded
 
 
+def _ids(numbers: list[int] | None) -> tuple[str, ...]:
+    """A stored array of job ids (NULL: none) as JobRecord holds them."""
+    return () if numbers is None else tuple(map(str, numbers))
+
+
 def _record(row: Row) -> JobRecord:
-    rec = JobRecord(str(row[0]), *row[1:])
+    # the last two columns are the workflow links (depends_on, dependents)
+    rec = JobRecord(str(row[0]), *row[1:-2], _ids(row[-2]), _ids(row[-1]))
     if rec.idempotency_key is None and rec.parent_id is None:
         return rec
     return dataclasses.replace(
@@ -276,6 +284,10 @@ class PostgresBackend:
             "deliveries": [j.delivery for j in jobs],
             "keys": [exact_in(j.idempotency_key) for j in jobs],
             "parents": [exact_in(j.parent_id) for j in jobs],
+            "workflows": [j.workflow_id for j in jobs],
+            # NewJob.after as (step, input) pairs of 1-based positions, each step's in order
+            "link_steps": [n for n, j in enumerate(jobs, 1) for _ in j.after],
+            "link_inputs": [i + 1 for j in jobs for i in j.after],
         }
         if not locked:
             return [(Q.jobs_insert, args)]
@@ -340,21 +352,31 @@ class PostgresBackend:
         return _record(rows[0]) if rows else None
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
-        """Jobs matching the filter, newest first."""
-        args = {
+        """Jobs matching the filter, newest first. Given ids or a workflow, an index lookup."""
+        args: dict[str, Any] = {
             "queue": params.queue,
             "name": params.name,
+            "status": params.status,
+            "workflow_id": params.workflow_id,
             "limit": max(params.limit, 0),
             "offset": max(params.offset, 0),
         }
-        query = Q.jobs_list
-        if params.status is not None:
-            query, args["status"] = Q.jobs_list_status, params.status
+        if params.ids is not None:
+            numbers = [n for i in params.ids if (n := parse_numeric_id(i)) is not None]
+            if not numbers:
+                return []
+            query, args["ids"] = Q.jobs_list_ids, numbers
+        elif params.workflow_id is not None:
+            query = Q.jobs_list_workflow
+        elif params.status is not None:
+            query = Q.jobs_list_status
+        else:
+            query = Q.jobs_list
         return [_record(r) for r in self._run(lambda c: self._fetch(c, query, args))]
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
-        """Cancel a pending job, or record a request on a running one. Raise JobNotFound, or
-        InvalidTransition if it is finished."""
+        """Cancel a waiting or pending job, or record a request on a running one. Raise
+        JobNotFound, or InvalidTransition if it is finished."""
         job_id = params.id
         number = parse_numeric_id(job_id)
         if number is None:
@@ -433,7 +455,9 @@ class PostgresBackend:
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes in one statement; return the ids whose token no longer matched.
-        With ``params.connection`` the settlement joins that transaction (not committed)."""
+        Completions release their waiting dependents in that statement. With
+        ``params.connection`` the settlement (and the releases) join that transaction (not
+        committed)."""
         outcomes = list(params.outcomes)
         valid = [(o, n) for o in outcomes if (n := parse_numeric_id(o.id)) is not None]
         if not valid:

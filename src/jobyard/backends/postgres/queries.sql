@@ -30,7 +30,8 @@
 -- Result columns of a job record, in JobRecord's field order:
 --   id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
 --   started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
---   cancel_requested_at, cancelled_by, progress, progress_note
+--   cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
+--   dependents
 
 
 -- name: jobs_insert_lock
@@ -51,6 +52,8 @@ FROM (
 -- name: jobs_insert
 -- Insert a batch in one statement. Returns one row per input job, in input order:
 -- (ord, id, created, go, checks); or one row with go false: nothing was written (see `go`).
+-- Workflow steps (NewJob.after) go to the waiting partition, linked both ways with their inputs
+-- (see 0006_workflows.sql); everything else to the pending one.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
@@ -60,11 +63,19 @@ input AS (
         %(names)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::int4[],
         %(delays)b::float8[], %(run_ats)b::float8[], %(max_attempts)b::int4[],
         %(backoffs)b::text[], %(timeouts)b::float8[], %(leases)b::float8[],
-        %(deliveries)b::text[], %(keys)b::text[], %(parents)b::text[]
+        %(deliveries)b::text[], %(keys)b::text[], %(parents)b::text[], %(workflows)b::text[]
     ) WITH ORDINALITY AS i (
         name, queue, payload, priority, delay, run_at, max_attempts, backoff, timeout, lease,
-        delivery, key, parent_id, ord
+        delivery, key, parent_id, workflow_id, ord
     )
+),
+-- NewJob.after, flattened (empty for a batch without workflows): the job at position `step`
+-- waits for the one at position `input` (1-based positions of this batch); `pos` orders a
+-- step's inputs.
+links AS (
+    SELECT *
+    FROM unnest(%(link_steps)b::int8[], %(link_inputs)b::int8[]) WITH ORDINALITY
+        AS l (step, input, pos)
 ),
 -- Unless jobs_insert_lock ran first (%(locked)s), a batch for a queue with a max_pending writes
 -- nothing and answers go = false: the backend sends it again behind the lock. (A max_pending
@@ -114,23 +125,67 @@ created AS (
            WHERE k.queue = f.queue AND k.key = f.key AND k.job_id = f.id
        )
 ),
+-- The links as ids: each step's inputs in order (and how many), each input's steps.
+depends AS (
+    SELECT l.step AS ord, array_agg(i.id ORDER BY l.pos) AS ids, count(*)::int4 AS n
+    FROM links AS l JOIN created AS i ON i.ord = l.input
+    GROUP BY l.step
+),
+dependents AS (
+    SELECT l.input AS ord, array_agg(s.id ORDER BY s.ord) AS ids
+    FROM links AS l JOIN created AS s ON s.ord = l.step
+    GROUP BY l.input
+),
+placed AS (
+    SELECT c.*, d.ids AS depends_on, d.n AS waits, t.ids AS dependents,
+           coalesce(c.max_attempts, q.max_attempts, %(default_max_attempts)s::int4) AS attempts_max,
+           coalesce(c.backoff, q.backoff) AS backoff_policy,
+           coalesce(c.run_at, clock.now + c.delay) AS due, clock.now
+    FROM created AS c
+    CROSS JOIN clock
+    LEFT JOIN queues AS q ON q.name = c.queue
+    LEFT JOIN depends AS d ON d.ord = c.ord
+    LEFT JOIN dependents AS t ON t.ord = c.ord
+),
 -- Straight into the pending partition: the rows satisfy its constraint, and it skips routing.
 inserted AS (
     INSERT INTO jobs_pending (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
-        lease, delivery, idempotency_key, parent_id, run_at, created_at
+        lease, delivery, idempotency_key, parent_id, run_at, created_at, workflow_id, dependents
     )
-    SELECT c.id, 'pending', c.queue, c.name, c.payload, c.priority, 0,
-           coalesce(c.max_attempts, q.max_attempts, %(default_max_attempts)s::int4),
-           coalesce(c.backoff, q.backoff), c.timeout, c.lease, c.delivery, c.key, c.parent_id,
-           coalesce(c.run_at, clock.now + c.delay), clock.now
-    FROM created AS c
-    CROSS JOIN clock
-    LEFT JOIN queues AS q ON q.name = c.queue
+    SELECT p.id, 'pending', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
+           p.backoff_policy, p.timeout, p.lease, p.delivery, p.key, p.parent_id, p.due, p.now,
+           p.workflow_id, p.dependents
+    FROM placed AS p
+    WHERE p.depends_on IS NULL
     RETURNING id, queue
+),
+-- Workflow steps wait in their own partition until their inputs have completed (jobs_ack).
+parked AS (
+    INSERT INTO jobs_waiting (
+        id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
+        lease, delivery, idempotency_key, parent_id, run_at, created_at, workflow_id, dependents,
+        depends_on, waits
+    )
+    SELECT p.id, 'waiting', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
+           p.backoff_policy, p.timeout, p.lease, p.delivery, p.key, p.parent_id, p.due, p.now,
+           p.workflow_id, p.dependents, p.depends_on, p.waits
+    FROM placed AS p
+    WHERE p.depends_on IS NOT NULL
+    RETURNING queue
+),
+-- Waiting jobs are counted in job_counts (0006_workflows.sql).
+parked_counted AS (
+    INSERT INTO job_counts AS jc (queue, status, n)
+    SELECT queue, 'waiting', count(*)
+    FROM parked
+    GROUP BY queue
+    ORDER BY queue
+    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
 -- max_pending: the pending count excludes this statement's own rows (a data-modifying CTE's
 -- rows are invisible to the rest of the statement), so it is the count before the batch.
+-- Waiting steps do not count: they are not in `inserted`.
 -- jobyard_queue_full raises, which undoes every row of the batch.
 full_queues AS (
     SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
@@ -164,7 +219,8 @@ ORDER BY 1;
 -- name: jobs_get
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note
+       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
+       dependents
 FROM jobs
 WHERE id = %(id)s::int8;
 
@@ -173,7 +229,8 @@ WHERE id = %(id)s::int8;
 -- Every status: a merge of the partitions' primary keys, newest first.
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note
+       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
+       dependents
 FROM jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -186,7 +243,8 @@ LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 -- it starts, even in a generic prepared plan (`$n IS NULL OR ...`, or `= ANY($n)`, would not).
 SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note
+       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
+       dependents
 FROM jobs
 WHERE status = %(status)s::text
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -195,29 +253,73 @@ ORDER BY id DESC
 LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 
 
+-- name: jobs_list_workflow
+-- One workflow's jobs: a backward range of the jobs_workflow index in each partition, merged
+-- newest first; the other filters apply to that range only.
+SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
+       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
+       dependents
+FROM jobs
+WHERE workflow_id = %(workflow_id)s::text
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
+
+
+-- name: jobs_list_ids
+-- Only the jobs of these ids (primary-key probes in each partition); unknown ids match nothing.
+SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
+       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
+       dependents
+FROM jobs
+WHERE id = ANY(%(ids)b::int8[])
+  AND (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
+
+
 -- name: jobs_cancel
--- pending -> cancelled; running: a cancellation request recorded (the first request's time and
--- author stay), which its worker reads back at its next lease renewal. Returns (done,
--- record...): the job as changed, or, when nothing changed, the job as it is (its status names
--- the refusal); no row: no such job. Every SET expression reads the row as it was.
+-- waiting or pending -> cancelled; running: a cancellation request recorded (the first
+-- request's time and author stay), which its worker reads back at its next lease renewal.
+-- Returns (done, record...): the job as changed, or, when nothing changed, the job as it is
+-- (its status names the refusal); no row: no such job. Every SET expression reads the row as it
+-- was.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
+-- The status before: a change of status moves the row to another partition, and an UPDATE
+-- that meets a row moved since its snapshot fails (and is run again), so the status of the
+-- snapshot is the status of the row this statement changes.
+before AS (
+    SELECT status FROM jobs WHERE id = %(id)s::int8
+),
 cancelled AS (
     UPDATE jobs AS j
-    SET status = CASE WHEN j.status = 'pending' THEN 'cancelled' ELSE j.status END,
-        finished_at = CASE WHEN j.status = 'pending' THEN clock.now ELSE j.finished_at END,
-        cancelled_by = CASE WHEN j.status = 'pending' OR j.cancel_requested_at IS NULL
+    SET status = CASE WHEN j.status IN ('waiting', 'pending') THEN 'cancelled' ELSE j.status END,
+        finished_at = CASE WHEN j.status IN ('waiting', 'pending') THEN clock.now
+                           ELSE j.finished_at END,
+        cancelled_by = CASE WHEN j.status IN ('waiting', 'pending')
+                                 OR j.cancel_requested_at IS NULL
                             THEN %(by)s::text ELSE j.cancelled_by END,
-        cancel_requested_at = CASE WHEN j.status = 'pending' OR j.cancel_requested_at IS NULL
+        cancel_requested_at = CASE WHEN j.status IN ('waiting', 'pending')
+                                        OR j.cancel_requested_at IS NULL
                                    THEN clock.now ELSE j.cancel_requested_at END
     FROM clock
     WHERE j.id = %(id)s::int8
-      AND (j.status = 'pending' OR (j.status = 'running' AND NOT %(pending_only)s::bool))
+      AND (j.status IN ('waiting', 'pending')
+           OR (j.status = 'running' AND NOT %(pending_only)s::bool))
     RETURNING j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts,
               j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
               j.result, j.error, j.parent_id, j.idempotency_key, j.delivery,
-              j.cancel_requested_at, j.cancelled_by, j.progress, j.progress_note
+              j.cancel_requested_at, j.cancelled_by, j.progress, j.progress_note,
+              j.workflow_id, j.depends_on, j.dependents
 ),
 freed AS (
     DELETE FROM job_keys AS k
@@ -227,14 +329,18 @@ freed AS (
 ),
 counted AS (
     INSERT INTO job_counts AS jc (queue, status, n)
-    SELECT queue, 'cancelled', 1 FROM cancelled WHERE status = 'cancelled'
-    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + 1
+    SELECT c.queue, m.status, m.n
+    FROM cancelled AS c, before AS b, (VALUES ('cancelled', 1), ('waiting', -1)) AS m (status, n)
+    WHERE c.status = 'cancelled' AND (m.status = 'cancelled' OR b.status = 'waiting')
+    ORDER BY m.status
+    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 )
 SELECT true, * FROM cancelled
 UNION ALL
 SELECT false, id, name, queue, payload, status, priority, attempts, max_attempts, run_at,
        created_at, started_at, finished_at, worker_id, result, error, parent_id,
-       idempotency_key, delivery, cancel_requested_at, cancelled_by, progress, progress_note
+       idempotency_key, delivery, cancel_requested_at, cancelled_by, progress, progress_note,
+       workflow_id, depends_on, dependents
 FROM jobs
 WHERE id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM cancelled);
 
@@ -268,7 +374,8 @@ redriven AS (
     RETURNING j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts,
               j.max_attempts, j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id,
               j.result, j.error, j.parent_id, j.idempotency_key, j.delivery,
-              j.cancel_requested_at, j.cancelled_by, j.progress, j.progress_note
+              j.cancel_requested_at, j.cancelled_by, j.progress, j.progress_note,
+              j.workflow_id, j.depends_on, j.dependents
 ),
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || queue) AS sent FROM redriven
@@ -287,7 +394,7 @@ SELECT CASE WHEN j.status IN ('failed', 'cancelled') THEN 'duplicate' ELSE 'stat
        j.id, j.name, j.queue, j.payload, j.status, j.priority, j.attempts, j.max_attempts,
        j.run_at, j.created_at, j.started_at, j.finished_at, j.worker_id, j.result, j.error,
        j.parent_id, j.idempotency_key, j.delivery, j.cancel_requested_at, j.cancelled_by,
-       j.progress, j.progress_note
+       j.progress, j.progress_note, j.workflow_id, j.depends_on, j.dependents
 FROM jobs AS j
 WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
 
@@ -433,7 +540,8 @@ ORDER BY priority DESC, run_at, id;
 
 
 -- name: jobs_ack
--- Settle a batch: each outcome applies only while the job is running under that token.
+-- Settle a batch: each outcome applies only while the job is running under that token, and a
+-- completion releases the workflow steps waiting for it (`released`), in the same statement.
 -- Returns the ids that were refused (stale).
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
@@ -468,7 +576,33 @@ settled AS (
     FROM input AS i, clock
     WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
     RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
-              j.run_at <= clock.now AS due
+              j.run_at <= clock.now AS due, j.dependents
+),
+-- The steps waiting for the jobs completed here, each with the number of its inputs among them
+-- (nothing for plain jobs: their dependents are NULL), in id order.
+completions AS (
+    SELECT d.id, count(*)::int4 AS n
+    FROM settled AS s CROSS JOIN LATERAL unnest(s.dependents) AS d (id)
+    WHERE s.status = 'completed' AND s.dependents IS NOT NULL
+    GROUP BY d.id
+    ORDER BY d.id
+),
+-- Each step's counter goes down by that number in one UPDATE, and the one that reaches 0 moves
+-- to pending (due no earlier than its own run_at). Completions of one step's inputs on other
+-- connections queue on its row lock, and READ COMMITTED re-reads the row they waited for, so
+-- exactly one statement brings the counter to 0: the step is released once. A step that is no
+-- longer waiting (cancelled) is left alone; one that moved while this statement waited fails it
+-- with a serialization error, and the whole statement is run again. The counter is a column of
+-- its own, so a decrement never writes the (possibly long) depends_on. The ids go in as an
+-- array: one primary-key probe each, whatever the planner guesses (see `claimed` in jobs_claim).
+released AS (
+    UPDATE jobs AS j
+    SET waits = j.waits - c.n,
+        status = CASE WHEN j.waits > c.n THEN 'waiting' ELSE 'pending' END,
+        run_at = CASE WHEN j.waits > c.n THEN j.run_at ELSE greatest(j.run_at, clock.now) END
+    FROM completions AS c, clock
+    WHERE j.status = 'waiting' AND j.id = ANY(ARRAY(SELECT id FROM completions)) AND j.id = c.id
+    RETURNING j.queue, j.status
 ),
 freed AS (
     DELETE FROM job_keys AS k
@@ -478,15 +612,21 @@ freed AS (
 ),
 counted AS (
     INSERT INTO job_counts AS jc (queue, status, n)
-    SELECT queue, status, count(*)
-    FROM settled
-    WHERE status IN ('completed', 'failed', 'cancelled')
+    SELECT queue, status, sum(n)::int8
+    FROM (
+        SELECT queue, status, 1 AS n
+        FROM settled
+        WHERE status IN ('completed', 'failed', 'cancelled')
+        UNION ALL
+        SELECT queue, 'waiting', -1 FROM released WHERE status = 'pending'
+    ) AS moved
     GROUP BY queue, status
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
 -- Wake the workers of a queue where a job is due again (released, or retried without delay),
--- or where a settled job freed a slot of a max_concurrency that may have kept them waiting.
+-- or where a settled job freed a slot of a max_concurrency that may have kept them waiting, or
+-- where a workflow step was released (as an insert would).
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (
@@ -498,6 +638,8 @@ notified AS (
                 SELECT 1 FROM queues AS q
                 WHERE q.name = s.queue AND q.max_concurrency IS NOT NULL
             )
+        UNION
+        SELECT r.queue FROM released AS r WHERE r.status = 'pending'
     ) AS d
 ),
 durability AS (
@@ -718,7 +860,8 @@ WHERE status IN ('pending', 'running')
   AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
 GROUP BY queue, status
 UNION ALL
--- Finished jobs are not counted: their counts are kept with the moves (0004_counts.sql).
+-- Finished and waiting jobs are not counted: their counts are kept with the moves
+-- (0004_counts.sql, 0006_workflows.sql).
 SELECT queue, status, n
 FROM job_counts
 WHERE n <> 0 AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
@@ -757,16 +900,17 @@ SELECT c.relname, s.n_dead_tup, s.n_live_tup, s.n_ins_since_vacuum
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid IN (
-    to_regclass('jobs_pending'), to_regclass('jobs_running'), to_regclass('job_keys'),
-    to_regclass('job_counts'), to_regclass('workers')
+    to_regclass('jobs_waiting'), to_regclass('jobs_pending'), to_regclass('jobs_running'),
+    to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers')
 )
 ORDER BY c.relname;
 
 
 -- Every move of a job between statuses deletes its row from one partition and inserts it in
--- another, so the pending and running partitions (and job_keys, job_counts, workers) gather a
--- dead row per move. Autovacuum, where it runs and keeps up, removes them; where it is off or
--- lags, claims wade through dead index entries and the partitions grow without bound. The
+-- another, so the waiting, pending and running partitions (and job_keys, job_counts, workers)
+-- gather a dead row per move, and the waiting one another per decrement of a join's counter.
+-- Autovacuum, where it runs and keeps up, removes them; where it is off or lags, claims wade
+-- through dead index entries and the partitions grow without bound. The
 -- worker's maintenance runs these when a table passes its threshold (StoreTidyParams) in dead
 -- rows, or in rows inserted since its last vacuum: a vacuum also records the table's size for
 -- the planner, and one that found the pending partition empty just before a large batch
@@ -776,6 +920,10 @@ ORDER BY c.relname;
 -- of the claim index are what slows claims, never leave them for later. TRUNCATE false: the
 -- final truncation would take an ACCESS EXCLUSIVE lock that blocks claims; a partition vacuumed
 -- this often reuses its free space instead.
+
+-- name: vacuum_jobs_waiting
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) jobs_waiting;
+
 
 -- name: vacuum_jobs_pending
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) jobs_pending;
