@@ -18,6 +18,7 @@ class Queries:
 
     jobs_insert_lock: str
     jobs_insert: str
+    jobs_insert_workflow: str
     jobs_get: str
     jobs_list: str
     jobs_list_status: str

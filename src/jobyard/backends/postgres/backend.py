@@ -140,6 +140,32 @@ def _claimed(r: Row) -> ClaimedJob:
     )
 
 
+def _workflow_args(jobs: Sequence[NewJob]) -> dict[str, list[str | None]] | None:
+    """The arguments jobs_insert_workflow adds for a batch with workflow steps (see
+    ``positions`` in queries.sql), or None for a plain batch (jobs_insert). Per job: its
+    workflow, the 1-based positions it waits for (``NewJob.after``) and those waiting for it,
+    as array literals (None: none)."""
+    if all(j.workflow_id is None and not j.after for j in jobs):
+        return None
+    if any(j.idempotency_key is not None for j in jobs):
+        raise ValueError("a batch of workflow steps cannot carry idempotency keys")
+    nexts: list[list[int]] = [[] for _ in jobs]
+    for n, job in enumerate(jobs, 1):
+        for i in job.after:
+            if not 0 <= i < n - 1:
+                raise ValueError(f"job {n - 1} of the batch waits for position {i}, not before it")
+            nexts[i].append(n)
+
+    def literal(positions: Sequence[int]) -> str | None:
+        return "{" + ",".join(map(str, positions)) + "}" if positions else None
+
+    return {
+        "workflows": [j.workflow_id for j in jobs],
+        "afters": [literal([i + 1 for i in j.after]) for j in jobs],
+        "nexts": [literal(n) for n in nexts],
+    }
+
+
 class PostgresBackend:
     """The ``postgresql://`` (or ``postgres://``) store. See the module docstring.
 
@@ -266,7 +292,8 @@ class PostgresBackend:
 
     def _insert_steps(self, jobs: Sequence[NewJob], locked: bool = True) -> list[_caller.Step]:
         """The lock statement and the insert; with ``locked`` false, the insert alone, which
-        writes nothing for a batch that needs the lock (see ``go`` in queries.sql)."""
+        writes nothing for a batch that needs the lock (see ``go`` in queries.sql). A batch with
+        workflow steps goes through jobs_insert_workflow."""
         args: dict[str, Any] = {
             "locked": locked,
             "now": self.clock.now(),
@@ -282,17 +309,18 @@ class PostgresBackend:
             "timeouts": [None if j.timeout is None else float(j.timeout) for j in jobs],
             "leases": [float(j.lease) for j in jobs],
             "deliveries": [j.delivery for j in jobs],
-            "keys": [exact_in(j.idempotency_key) for j in jobs],
             "parents": [exact_in(j.parent_id) for j in jobs],
-            "workflows": [j.workflow_id for j in jobs],
-            # NewJob.after as (step, input) pairs of 1-based positions, each step's in order
-            "link_steps": [n for n, j in enumerate(jobs, 1) for _ in j.after],
-            "link_inputs": [i + 1 for j in jobs for i in j.after],
         }
+        workflow = _workflow_args(jobs)
+        if workflow is None:
+            query, args["keys"] = Q.jobs_insert, [exact_in(j.idempotency_key) for j in jobs]
+        else:
+            query = Q.jobs_insert_workflow
+            args.update(workflow)
         if not locked:
-            return [(Q.jobs_insert, args)]
+            return [(query, args)]
         lock = {"queues": sorted({j.queue for j in jobs})}
-        return [(Q.jobs_insert_lock, lock), (Q.jobs_insert, args)]
+        return [(Q.jobs_insert_lock, lock), (query, args)]
 
     @staticmethod
     def _inserted(rows: list[Row]) -> list[Inserted]:

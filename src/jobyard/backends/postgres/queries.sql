@@ -52,8 +52,6 @@ FROM (
 -- name: jobs_insert
 -- Insert a batch in one statement. Returns one row per input job, in input order:
 -- (ord, id, created, go, checks); or one row with go false: nothing was written (see `go`).
--- Workflow steps (NewJob.after) go to the waiting partition, linked both ways with their inputs
--- (see 0006_workflows.sql); everything else to the pending one.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
@@ -63,19 +61,11 @@ input AS (
         %(names)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::int4[],
         %(delays)b::float8[], %(run_ats)b::float8[], %(max_attempts)b::int4[],
         %(backoffs)b::text[], %(timeouts)b::float8[], %(leases)b::float8[],
-        %(deliveries)b::text[], %(keys)b::text[], %(parents)b::text[], %(workflows)b::text[]
+        %(deliveries)b::text[], %(keys)b::text[], %(parents)b::text[]
     ) WITH ORDINALITY AS i (
         name, queue, payload, priority, delay, run_at, max_attempts, backoff, timeout, lease,
-        delivery, key, parent_id, workflow_id, ord
+        delivery, key, parent_id, ord
     )
-),
--- NewJob.after, flattened (empty for a batch without workflows): the job at position `step`
--- waits for the one at position `input` (1-based positions of this batch); `pos` orders a
--- step's inputs.
-links AS (
-    SELECT *
-    FROM unnest(%(link_steps)b::int8[], %(link_inputs)b::int8[]) WITH ORDINALITY
-        AS l (step, input, pos)
 ),
 -- Unless jobs_insert_lock ran first (%(locked)s), a batch for a queue with a max_pending writes
 -- nothing and answers go = false: the backend sends it again behind the lock. (A max_pending
@@ -125,67 +115,23 @@ created AS (
            WHERE k.queue = f.queue AND k.key = f.key AND k.job_id = f.id
        )
 ),
--- The links as ids: each step's inputs in order (and how many), each input's steps.
-depends AS (
-    SELECT l.step AS ord, array_agg(i.id ORDER BY l.pos) AS ids, count(*)::int4 AS n
-    FROM links AS l JOIN created AS i ON i.ord = l.input
-    GROUP BY l.step
-),
-dependents AS (
-    SELECT l.input AS ord, array_agg(s.id ORDER BY s.ord) AS ids
-    FROM links AS l JOIN created AS s ON s.ord = l.step
-    GROUP BY l.input
-),
-placed AS (
-    SELECT c.*, d.ids AS depends_on, d.n AS waits, t.ids AS dependents,
-           coalesce(c.max_attempts, q.max_attempts, %(default_max_attempts)s::int4) AS attempts_max,
-           coalesce(c.backoff, q.backoff) AS backoff_policy,
-           coalesce(c.run_at, clock.now + c.delay) AS due, clock.now
-    FROM created AS c
-    CROSS JOIN clock
-    LEFT JOIN queues AS q ON q.name = c.queue
-    LEFT JOIN depends AS d ON d.ord = c.ord
-    LEFT JOIN dependents AS t ON t.ord = c.ord
-),
 -- Straight into the pending partition: the rows satisfy its constraint, and it skips routing.
 inserted AS (
     INSERT INTO jobs_pending (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
-        lease, delivery, idempotency_key, parent_id, run_at, created_at, workflow_id, dependents
+        lease, delivery, idempotency_key, parent_id, run_at, created_at
     )
-    SELECT p.id, 'pending', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
-           p.backoff_policy, p.timeout, p.lease, p.delivery, p.key, p.parent_id, p.due, p.now,
-           p.workflow_id, p.dependents
-    FROM placed AS p
-    WHERE p.depends_on IS NULL
+    SELECT c.id, 'pending', c.queue, c.name, c.payload, c.priority, 0,
+           coalesce(c.max_attempts, q.max_attempts, %(default_max_attempts)s::int4),
+           coalesce(c.backoff, q.backoff), c.timeout, c.lease, c.delivery, c.key, c.parent_id,
+           coalesce(c.run_at, clock.now + c.delay), clock.now
+    FROM created AS c
+    CROSS JOIN clock
+    LEFT JOIN queues AS q ON q.name = c.queue
     RETURNING id, queue
-),
--- Workflow steps wait in their own partition until their inputs have completed (jobs_ack).
-parked AS (
-    INSERT INTO jobs_waiting (
-        id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
-        lease, delivery, idempotency_key, parent_id, run_at, created_at, workflow_id, dependents,
-        depends_on, waits
-    )
-    SELECT p.id, 'waiting', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
-           p.backoff_policy, p.timeout, p.lease, p.delivery, p.key, p.parent_id, p.due, p.now,
-           p.workflow_id, p.dependents, p.depends_on, p.waits
-    FROM placed AS p
-    WHERE p.depends_on IS NOT NULL
-    RETURNING queue
-),
--- Waiting jobs are counted in job_counts (0006_workflows.sql).
-parked_counted AS (
-    INSERT INTO job_counts AS jc (queue, status, n)
-    SELECT queue, 'waiting', count(*)
-    FROM parked
-    GROUP BY queue
-    ORDER BY queue
-    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
 -- max_pending: the pending count excludes this statement's own rows (a data-modifying CTE's
 -- rows are invisible to the rest of the statement), so it is the count before the batch.
--- Waiting steps do not count: they are not in `inserted`.
 -- jobyard_queue_full raises, which undoes every row of the batch.
 full_queues AS (
     SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
@@ -210,6 +156,124 @@ SELECT i.ord, k.job_id, false, true, 0
 FROM input AS i
 JOIN keyed AS k ON k.queue = i.queue AND k.key = i.key
 WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.ord = i.ord)
+UNION ALL
+SELECT NULL, NULL, NULL, false, 0
+WHERE NOT (SELECT ok FROM go)
+ORDER BY 1;
+
+
+-- name: jobs_insert_workflow
+-- jobs_insert for a batch with workflow steps (a NewJob with workflow_id or after): the same
+-- answer, one row per input job, in input order (ord, id, created, go, checks), and the same
+-- max_pending protocol (`go`, jobs_insert_lock), with the links of 0006_workflows.sql and
+-- without idempotency keys (such a batch carries none: the backend refuses them), so every job
+-- is created. A plain batch never pays for the links: it goes through jobs_insert.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+input AS (
+    SELECT *
+    FROM unnest(
+        %(names)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::int4[],
+        %(delays)b::float8[], %(run_ats)b::float8[], %(max_attempts)b::int4[],
+        %(backoffs)b::text[], %(timeouts)b::float8[], %(leases)b::float8[],
+        %(deliveries)b::text[], %(parents)b::text[], %(workflows)b::text[], %(afters)b::text[],
+        %(nexts)b::text[]
+    ) WITH ORDINALITY AS i (
+        name, queue, payload, priority, delay, run_at, max_attempts, backoff, timeout, lease,
+        delivery, parent_id, workflow_id, after, next, ord
+    )
+),
+go AS (
+    SELECT %(locked)s::bool OR NOT EXISTS (
+        SELECT 1 FROM queues
+        WHERE name IN (SELECT queue FROM input) AND max_pending IS NOT NULL
+    ) AS ok
+),
+fresh AS (
+    SELECT i.*, nextval('jobs_id_seq') AS id
+    FROM input AS i
+    WHERE (SELECT ok FROM go)
+    ORDER BY i.ord
+),
+-- The batch's ids in position order: a job's `after` (the positions it waits for, in order)
+-- and `next` (the positions waiting for it), array literals of 1-based positions or NULL,
+-- become ids by subscript, so the cost is the number of links whatever the planner guesses of
+-- the batch's size (a join of two CTEs, of unknown sizes, was a nested loop: 3 s for 10,000).
+positions AS (
+    SELECT array_agg(f.id ORDER BY f.ord) AS ids FROM fresh AS f
+),
+placed AS (
+    SELECT f.*,
+           CASE WHEN f.after IS NOT NULL THEN ARRAY(
+               SELECT m.ids[a.pos]
+               FROM unnest(f.after::int8[]) WITH ORDINALITY AS a (pos, n)
+               ORDER BY a.n
+           ) END AS depends_on,
+           CASE WHEN f.next IS NOT NULL THEN ARRAY(
+               SELECT m.ids[a.pos]
+               FROM unnest(f.next::int8[]) WITH ORDINALITY AS a (pos, n)
+               ORDER BY a.n
+           ) END AS dependents,
+           coalesce(f.max_attempts, q.max_attempts, %(default_max_attempts)s::int4) AS attempts_max,
+           coalesce(f.backoff, q.backoff) AS backoff_policy,
+           coalesce(f.run_at, clock.now + f.delay) AS due, clock.now
+    FROM fresh AS f
+    CROSS JOIN clock
+    CROSS JOIN positions AS m
+    LEFT JOIN queues AS q ON q.name = f.queue
+),
+inserted AS (
+    INSERT INTO jobs_pending (
+        id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
+        lease, delivery, parent_id, run_at, created_at, workflow_id, dependents
+    )
+    SELECT p.id, 'pending', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
+           p.backoff_policy, p.timeout, p.lease, p.delivery, p.parent_id, p.due, p.now,
+           p.workflow_id, p.dependents
+    FROM placed AS p
+    WHERE p.depends_on IS NULL
+    RETURNING id, queue
+),
+-- A step waits in its own partition, counting its inputs not yet completed (jobs_ack).
+parked AS (
+    INSERT INTO jobs_waiting (
+        id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
+        lease, delivery, parent_id, run_at, created_at, workflow_id, dependents, depends_on,
+        waits
+    )
+    SELECT p.id, 'waiting', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
+           p.backoff_policy, p.timeout, p.lease, p.delivery, p.parent_id, p.due, p.now,
+           p.workflow_id, p.dependents, p.depends_on, cardinality(p.depends_on)
+    FROM placed AS p
+    WHERE p.depends_on IS NOT NULL
+    RETURNING queue
+),
+-- Waiting jobs are counted in job_counts (0006_workflows.sql).
+parked_counted AS (
+    INSERT INTO job_counts AS jc (queue, status, n)
+    SELECT queue, 'waiting', count(*)
+    FROM parked
+    GROUP BY queue
+    ORDER BY queue
+    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
+),
+-- max_pending, as in jobs_insert: waiting steps do not count (they are not in `inserted`).
+full_queues AS (
+    SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
+    FROM queues AS q
+    JOIN (SELECT queue, count(*) AS n FROM inserted GROUP BY queue) AS a ON a.queue = q.name
+    WHERE q.max_pending IS NOT NULL
+      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name) + a.n > q.max_pending
+),
+-- Wake the workers of the queues that have new pending jobs (a step is woken by its release).
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+    FROM (SELECT DISTINCT queue FROM inserted) AS d
+)
+SELECT f.ord, f.id, true AS created, true AS go,
+       (SELECT count(*) FROM full_queues) + (SELECT count(*) FROM notified) AS checks
+FROM fresh AS f
 UNION ALL
 SELECT NULL, NULL, NULL, false, 0
 WHERE NOT (SELECT ok FROM go)
@@ -578,31 +642,18 @@ settled AS (
     RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
               j.run_at <= clock.now AS due, j.dependents
 ),
--- The steps waiting for the jobs completed here, each with the number of its inputs among them
--- (nothing for plain jobs: their dependents are NULL), in id order.
-completions AS (
-    SELECT d.id, count(*)::int4 AS n
-    FROM settled AS s CROSS JOIN LATERAL unnest(s.dependents) AS d (id)
-    WHERE s.status = 'completed' AND s.dependents IS NOT NULL
-    GROUP BY d.id
-    ORDER BY d.id
-),
--- Each step's counter goes down by that number in one UPDATE, and the one that reaches 0 moves
--- to pending (due no earlier than its own run_at). Completions of one step's inputs on other
--- connections queue on its row lock, and READ COMMITTED re-reads the row they waited for, so
--- exactly one statement brings the counter to 0: the step is released once. A step that is no
--- longer waiting (cancelled) is left alone; one that moved while this statement waited fails it
--- with a serialization error, and the whole statement is run again. The counter is a column of
--- its own, so a decrement never writes the (possibly long) depends_on. The ids go in as an
--- array: one primary-key probe each, whatever the planner guesses (see `claimed` in jobs_claim).
+-- The steps waiting for the jobs completed here, one entry per completed input, handed to
+-- jobyard_release (0006_workflows.sql), which decrements their counters and releases those
+-- that reach 0. Called only when there are some (HAVING): plain jobs (dependents NULL) cost
+-- this statement a filter, not the release's UPDATE.
 released AS (
-    UPDATE jobs AS j
-    SET waits = j.waits - c.n,
-        status = CASE WHEN j.waits > c.n THEN 'waiting' ELSE 'pending' END,
-        run_at = CASE WHEN j.waits > c.n THEN j.run_at ELSE greatest(j.run_at, clock.now) END
-    FROM completions AS c, clock
-    WHERE j.status = 'waiting' AND j.id = ANY(ARRAY(SELECT id FROM completions)) AND j.id = c.id
-    RETURNING j.queue, j.status
+    SELECT jobyard_release(
+               ARRAY(SELECT d.id
+                     FROM settled AS s CROSS JOIN LATERAL unnest(s.dependents) AS d (id)
+                     WHERE s.status = 'completed'),
+               (SELECT now FROM clock)
+           ) AS n
+    WHERE EXISTS (SELECT 1 FROM settled AS s WHERE s.status = 'completed' AND s.dependents IS NOT NULL)
 ),
 freed AS (
     DELETE FROM job_keys AS k
@@ -612,21 +663,15 @@ freed AS (
 ),
 counted AS (
     INSERT INTO job_counts AS jc (queue, status, n)
-    SELECT queue, status, sum(n)::int8
-    FROM (
-        SELECT queue, status, 1 AS n
-        FROM settled
-        WHERE status IN ('completed', 'failed', 'cancelled')
-        UNION ALL
-        SELECT queue, 'waiting', -1 FROM released WHERE status = 'pending'
-    ) AS moved
+    SELECT queue, status, count(*)
+    FROM settled
+    WHERE status IN ('completed', 'failed', 'cancelled')
     GROUP BY queue, status
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
 -- Wake the workers of a queue where a job is due again (released, or retried without delay),
--- or where a settled job freed a slot of a max_concurrency that may have kept them waiting, or
--- where a workflow step was released (as an insert would).
+-- or where a settled job freed a slot of a max_concurrency that may have kept them waiting.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (
@@ -638,8 +683,6 @@ notified AS (
                 SELECT 1 FROM queues AS q
                 WHERE q.name = s.queue AND q.max_concurrency IS NOT NULL
             )
-        UNION
-        SELECT r.queue FROM released AS r WHERE r.status = 'pending'
     ) AS d
 ),
 durability AS (
@@ -652,7 +695,8 @@ durability AS (
 SELECT i.id
 FROM input AS i
 WHERE NOT EXISTS (SELECT 1 FROM settled AS s WHERE s.id = i.id)
-  AND (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability) >= 0;
+  AND (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability)
+      + (SELECT count(*) FROM released) >= 0;
 
 
 -- name: leases_renew

@@ -31,3 +31,56 @@ CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NU
 -- finished ones, in job_counts (0004_counts.sql): jobs_insert adds the steps it parks, and the
 -- moves out of waiting (a release in jobs_ack, jobs_cancel) take them off, each in its own
 -- statement.
+
+-- The release of workflow steps, called by jobs_ack inside its own statement (so in the same
+-- transaction as the completions) with one entry in `inputs` per completed input of a step:
+-- each step's counter goes down by its number of entries in one UPDATE, and a step that
+-- reaches 0 moves to pending (due no earlier than its own run_at), is taken off the waiting
+-- count and wakes its queue's workers. Exactly once: completions of one step's inputs on other
+-- connections queue on its row lock, and READ COMMITTED re-reads the row they waited for, so
+-- one UPDATE alone brings the counter to 0. A step that is not waiting any more (cancelled) is
+-- left alone; one that moved to another partition while this waited for its lock fails the
+-- statement with a serialization error, and the backend runs the whole ack again. Steps are
+-- locked in id order (the ids go in as an ordered array: a primary-key probe each, whatever
+-- the planner guesses). A function, so that an ack of plain jobs never initialises this
+-- UPDATE; PL/pgSQL keeps its plan for the session. Returns the number of steps released.
+CREATE FUNCTION jobyard_release(inputs bigint[], at_time float8) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    released integer;
+BEGIN
+    WITH completions AS (
+        SELECT c.id, count(*)::integer AS k
+        FROM unnest(inputs) AS c (id)
+        GROUP BY c.id
+    ),
+    moved AS (
+        UPDATE jobs AS j
+        SET waits = j.waits - c.k,
+            status = CASE WHEN j.waits > c.k THEN 'waiting' ELSE 'pending' END,
+            run_at = CASE WHEN j.waits > c.k THEN j.run_at ELSE greatest(j.run_at, at_time) END
+        FROM completions AS c
+        WHERE j.status = 'waiting'
+          AND j.id = ANY(ARRAY(SELECT w.id FROM completions AS w ORDER BY w.id))
+          AND j.id = c.id
+        RETURNING j.queue, j.status
+    ),
+    counted AS (
+        INSERT INTO job_counts AS jc (queue, status, n)
+        SELECT m.queue, 'waiting', -count(*)
+        FROM moved AS m
+        WHERE m.status = 'pending'
+        GROUP BY m.queue
+        ORDER BY m.queue
+        ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
+    ),
+    notified AS (
+        SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+        FROM (SELECT DISTINCT m.queue FROM moved AS m WHERE m.status = 'pending') AS d
+    )
+    SELECT count(*) INTO released
+    FROM moved AS m
+    WHERE m.status = 'pending' AND (SELECT count(*) FROM notified) >= 0;
+    RETURN released;
+END
+$$;
