@@ -114,8 +114,9 @@ def _ids(numbers: list[int] | None) -> tuple[str, ...]:
 
 
 def _record(row: Row) -> JobRecord:
-    # the last two columns are the workflow links (depends_on, dependents)
-    rec = JobRecord(str(row[0]), *row[1:-2], _ids(row[-2]), _ids(row[-1]))
+    # the last two columns are the workflow links: depends_on, dependents
+    values: list[Any] = [*row[1:-2], _ids(row[-2]), _ids(row[-1])]
+    rec = JobRecord(str(row[0]), *values)
     if rec.idempotency_key is None and rec.parent_id is None:
         return rec
     return dataclasses.replace(
