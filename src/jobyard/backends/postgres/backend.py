@@ -38,6 +38,7 @@ from .. import mask_url
 from .._stored import parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
+    CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     STATUSES,
@@ -542,7 +543,8 @@ class PostgresBackend:
         )
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """Recover jobs whose lease lapsed: an attempt was spent on each."""
+        """Recover jobs whose lease lapsed: an attempt was spent on each (one asked to cancel
+        is cancelled)."""
         if params.limit <= 0:
             return []
         args = {
@@ -550,6 +552,7 @@ class PostgresBackend:
             "limit": params.limit,
             "lease_error": LEASE_LOST_ERROR,
             "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
+            "cancel_error": CANCEL_LOST_ERROR,
             "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))

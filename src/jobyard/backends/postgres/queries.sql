@@ -755,7 +755,9 @@ SELECT r.id, 'cancel' FROM renewed AS r WHERE r.asked;
 
 
 -- name: leases_reap
--- Recover running jobs whose lease lapsed. The running partition is small (bounded by the
+-- Recover running jobs whose lease lapsed: a job someone asked to cancel is cancelled, an
+-- at_most_once job or one without attempts left fails, the rest are due again at once.
+-- The running partition is small (bounded by the
 -- workers' total concurrency), so it is scanned rather than indexed by lease_expires_at
 -- (which would make every renewal a non-HOT update). SKIP LOCKED: a job whose settlement is
 -- in flight is left to it, and two reapers share the work.
@@ -773,19 +775,23 @@ lapsed AS (
 reaped AS (
     UPDATE jobs AS j
     SET status = CASE
+                     WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
                      WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
                      THEN 'failed' ELSE 'pending'
                  END,
         error = CASE
+                    WHEN j.cancel_requested_at IS NOT NULL THEN %(cancel_error)s::text
                     WHEN j.delivery = 'at_most_once' THEN %(at_most_once_error)s::text
                     ELSE %(lease_error)s::text
                 END,
         finished_at = CASE
-                          WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
+                          WHEN j.cancel_requested_at IS NOT NULL OR j.delivery = 'at_most_once'
+                               OR j.attempts >= j.max_attempts
                           THEN clock.now
                       END,
         run_at = CASE
-                     WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
+                     WHEN j.cancel_requested_at IS NOT NULL OR j.delivery = 'at_most_once'
+                          OR j.attempts >= j.max_attempts
                      THEN j.run_at ELSE clock.now
                  END,
         token = NULL,
@@ -797,19 +803,19 @@ reaped AS (
 freed AS (
     DELETE FROM job_keys AS k
     USING reaped AS r
-    WHERE r.status = 'failed'
+    WHERE r.status IN ('failed', 'cancelled')
       AND k.queue = r.queue AND k.key = r.idempotency_key AND k.job_id = r.id
 ),
 counted AS (
     INSERT INTO job_counts AS jc (queue, status, n)
     SELECT queue, status, count(*)
     FROM reaped
-    WHERE status = 'failed'
+    WHERE status IN ('failed', 'cancelled')
     GROUP BY queue, status
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
--- A job back to pending is due now; a failed one freed a slot of its queue: wake its workers.
+-- A job back to pending is due now; a finished one freed a slot of its queue: wake its workers.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (SELECT DISTINCT queue FROM reaped) AS d
