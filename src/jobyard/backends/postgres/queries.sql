@@ -644,7 +644,7 @@ settled AS (
 ),
 -- The steps waiting for the jobs completed here, one entry per completed input, handed to
 -- jobyard_release (0006_workflows.sql), which decrements their counters and releases those
--- that reach 0. Called only when there are some (HAVING): plain jobs (dependents NULL) cost
+-- that reach 0. Called only when there are some (EXISTS): plain jobs (dependents NULL) cost
 -- this statement a filter, not the release's UPDATE.
 released AS (
     SELECT jobyard_release(
@@ -653,7 +653,9 @@ released AS (
                      WHERE s.status = 'completed'),
                (SELECT now FROM clock)
            ) AS n
-    WHERE EXISTS (SELECT 1 FROM settled AS s WHERE s.status = 'completed' AND s.dependents IS NOT NULL)
+    WHERE EXISTS (
+        SELECT 1 FROM settled AS s WHERE s.status = 'completed' AND s.dependents IS NOT NULL
+    )
 ),
 freed AS (
     DELETE FROM job_keys AS k

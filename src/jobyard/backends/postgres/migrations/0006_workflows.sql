@@ -2,7 +2,8 @@
 -- jobs of its batch it was inserted after; the completion of the last of them moves it to
 -- pending (jobs_ack, in the same statement as the completion).
 --
--- The links are stored both ways on the rows, as arrays of ids written once by jobs_insert:
+-- The links are stored both ways on the rows, as arrays of ids written once by
+-- jobs_insert_workflow (a plain batch still goes through jobs_insert, which writes none):
 -- depends_on on the step (its inputs, in order), dependents on each input. The inputs not yet
 -- completed are counted in waits, a column of its own: a completion decrements the counter and
 -- never writes the list, so a join on 10,000 members costs each member's completion the same
@@ -28,9 +29,9 @@ CREATE TABLE jobs_waiting PARTITION OF jobs FOR VALUES IN ('waiting')
 CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NULL;
 
 -- Waiting jobs can be many (every later step of every chain), so they are counted like the
--- finished ones, in job_counts (0004_counts.sql): jobs_insert adds the steps it parks, and the
--- moves out of waiting (a release in jobs_ack, jobs_cancel) take them off, each in its own
--- statement.
+-- finished ones, in job_counts (0004_counts.sql): jobs_insert_workflow adds the steps it
+-- parks, and the moves out of waiting (a release in jobs_ack, jobs_cancel) take them off, each
+-- in its own statement.
 
 -- The release of workflow steps, called by jobs_ack inside its own statement (so in the same
 -- transaction as the completions) with one entry in `inputs` per completed input of a step:
