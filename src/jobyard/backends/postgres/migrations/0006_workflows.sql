@@ -42,11 +42,16 @@ CREATE INDEX jobs_workflow ON jobs (workflow_id, id) WHERE workflow_id IS NOT NU
 -- one UPDATE alone brings the counter to 0. A step that is not waiting any more (cancelled) is
 -- left alone; one that moved to another partition while this waited for its lock fails the
 -- statement with a serialization error, and the backend runs the whole ack again. Steps are
--- locked in id order (the ids go in as an ordered array: a primary-key probe each, whatever
--- the planner guesses). A function, so that an ack of plain jobs never initialises this
--- UPDATE; PL/pgSQL keeps its plan for the session. Returns the number of steps released.
+-- locked in id order: the ids go in as an ordered array (a primary-key probe each, whatever
+-- the planner guesses) and are joined to their counts without a nested loop, which the
+-- planner picks for an array it guesses at 10 entries and which made the release of a step's
+-- N dependents (a chain into a group) cost N * N comparisons: 0.37 s for 2,000, 70 ms for
+-- 10,000 without. A function, so that an ack of plain jobs never initialises this UPDATE;
+-- PL/pgSQL keeps its plan for the session. Returns the number of steps released.
 CREATE FUNCTION jobyard_release(inputs bigint[], at_time float8) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_nestloop = off
+AS $$
 DECLARE
     released integer;
 BEGIN
@@ -54,6 +59,7 @@ BEGIN
         SELECT c.id, count(*)::integer AS k
         FROM unnest(inputs) AS c (id)
         GROUP BY c.id
+        ORDER BY c.id
     ),
     moved AS (
         UPDATE jobs AS j
