@@ -357,7 +357,17 @@ class App:
         return counts
 
     def retry(self, job_id: str) -> Job:
-        """Re-drive a failed or cancelled job: pending again, with its attempts reset."""
+        """Re-drive a failed or cancelled job: pending again, with its attempts reset. A workflow
+        step resumes its workflow from there; one whose inputs have not all completed (a
+        cancelled workflow) is refused, as it would run without its argument."""
+        rec = self.backend.jobs_get(str(job_id))
+        if rec is not None and rec.depends_on:
+            inputs = self.results(rec.depends_on)
+            for input_id in rec.depends_on:
+                got = inputs.get(input_id)
+                if got is None or got.status != Status.COMPLETED:
+                    state = "gone" if got is None else got.status.value
+                    raise InvalidTransition.input_not_completed(rec.id, input_id, state)
         try:
             return Job.from_record(self.backend.jobs_retry(str(job_id)))
         except JobNotFound as exc:

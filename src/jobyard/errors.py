@@ -65,6 +65,15 @@ class InvalidTransition(JobyardError):
         """``retry(job_id)`` refused: only a failed or cancelled job can be retried."""
         return cls(f"job {job_id} is {status}: only failed or cancelled jobs can be retried")
 
+    @classmethod
+    def input_not_completed(cls, job_id: str, input_id: str, status: str) -> InvalidTransition:
+        """``retry(job_id)`` refused: a workflow step whose input has not completed would run
+        without its argument."""
+        return cls(
+            f"job {job_id} takes the result of job {input_id}, which is {status}: "
+            "a step runs only after its inputs completed"
+        )
+
 
 class JobFailed(JobyardError):
     """Raised by :meth:`JobHandle.result` when the job ended in the ``failed`` state."""

@@ -248,6 +248,9 @@ def test_cancelling_a_workflow_stops_what_runs_and_what_waits(
         assert settled(app, handle.id, "cancelled")
         wait_until(lambda: app.get(handle.ids[0]).status == "cancelled", what="crawl cancelled")
     assert {app.get(i).cancelled_by for i in handle.ids} == {"ops"}
+    # and a cancelled step whose input did not complete cannot be re-driven on its own
+    with pytest.raises(jobyard.InvalidTransition, match="takes the result of job"):
+        app.retry(handle.ids[1])
 
 
 def test_a_join_runs_once_under_a_race_of_workers(make_app: Callable[..., jobyard.App]) -> None:
