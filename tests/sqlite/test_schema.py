@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobyard.backends import open_backend as open_by_url
-from jobyard.backends._sqlfiles import parse_blocks
+from jobyard.backends._sqlfiles import expand_fragments, parse_blocks
 from jobyard.backends.sqlite import _sql
 from jobyard.backends.sqlite.backend import SQLiteBackend
 from jobyard.clock import SystemClock
@@ -177,6 +177,13 @@ SELECT 2
         parse_blocks("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
     with pytest.raises(ValueError, match="empty"):
         parse_blocks("-- name: a\n-- nothing\n")
+
+
+def test_fragments_are_written_once_and_filled_in() -> None:
+    blocks = parse_blocks("-- name: _cols\nid, name\n-- name: get\nSELECT {{_cols}} FROM jobs\n")
+    assert expand_fragments(blocks) == {"get": "SELECT id, name FROM jobs"}
+    with pytest.raises(ValueError, match="unknown SQL fragment '_nope'"):
+        expand_fragments({"get": "SELECT {{_nope}}"})
 
 
 def test_migration_scripts_split_on_real_statement_ends() -> None:

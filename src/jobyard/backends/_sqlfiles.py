@@ -10,6 +10,7 @@ from importlib import resources
 
 _HEADER = re.compile(r"^--[ \t]*name:[ \t]*(\w+)[ \t]*$")
 _MIGRATION = re.compile(r"^\d{4}_\w+\.sql$")
+_FRAGMENT = re.compile(r"\{\{(_\w+)\}\}")
 
 
 def parse_blocks(text: str) -> dict[str, str]:
@@ -47,9 +48,25 @@ def parse_blocks(text: str) -> dict[str, str]:
     return blocks
 
 
+def expand_fragments(blocks: dict[str, str]) -> dict[str, str]:
+    """Blocks named ``_x`` are fragments: each ``{{_x}}`` in another block is replaced by its
+    text (a select list written once for every statement that returns job records), and the
+    fragments are left out of the result. An unknown fragment is an error."""
+    fragments = {k: v for k, v in blocks.items() if k.startswith("_")}
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in fragments:
+            raise ValueError(f"unknown SQL fragment {name!r}")
+        return fragments[name]
+
+    return {k: _FRAGMENT.sub(fill, v) for k, v in blocks.items() if k not in fragments}
+
+
 def read_queries(package: str) -> dict[str, str]:
-    """The named blocks of ``package``'s ``queries.sql``."""
-    return parse_blocks(resources.files(package).joinpath("queries.sql").read_text("utf-8"))
+    """The named blocks of ``package``'s ``queries.sql``, fragments filled in."""
+    text = resources.files(package).joinpath("queries.sql").read_text("utf-8")
+    return expand_fragments(parse_blocks(text))
 
 
 def read_migrations(package: str) -> list[tuple[str, str]]:

@@ -27,11 +27,8 @@
 -- escapes every element in Python, ten times slower than the binary one for a batch of JSON
 -- payloads.
 --
--- Result columns of a job record, in JobRecord's field order:
---   id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
---   started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
---   cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
---   dependents
+-- Result columns of a job record, in JobRecord's field order: the fragment _job_record,
+-- written once ({{_job_record}} in a statement; see _sqlfiles.expand_fragments).
 
 
 -- name: jobs_insert_lock
@@ -280,21 +277,21 @@ WHERE NOT (SELECT ok FROM go)
 ORDER BY 1;
 
 
--- name: jobs_get
-SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+-- name: _job_record
+id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
        cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
        dependents
+
+-- name: jobs_get
+SELECT {{_job_record}}
 FROM jobs
 WHERE id = %(id)s::int8;
 
 
 -- name: jobs_list
 -- Every status: a merge of the partitions' primary keys, newest first.
-SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
-       dependents
+SELECT {{_job_record}}
 FROM jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -305,10 +302,7 @@ LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 -- name: jobs_list_status
 -- One status: a plain `status = $n` is what lets the executor prune the other partitions when
 -- it starts, even in a generic prepared plan (`$n IS NULL OR ...`, or `= ANY($n)`, would not).
-SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
-       dependents
+SELECT {{_job_record}}
 FROM jobs
 WHERE status = %(status)s::text
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -320,10 +314,7 @@ LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 -- name: jobs_list_workflow
 -- One workflow's jobs: a backward range of the jobs_workflow index in each partition, merged
 -- newest first; the other filters apply to that range only.
-SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
-       dependents
+SELECT {{_job_record}}
 FROM jobs
 WHERE workflow_id = %(workflow_id)s::text
   AND (%(status)s::text IS NULL OR status = %(status)s::text)
@@ -335,10 +326,7 @@ LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 
 -- name: jobs_list_ids
 -- Only the jobs of these ids (primary-key probes in each partition); unknown ids match nothing.
-SELECT id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
-       cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
-       dependents
+SELECT {{_job_record}}
 FROM jobs
 WHERE id = ANY(%(ids)b::int8[])
   AND (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)

@@ -83,10 +83,12 @@ WHERE q.name = :queue
   AND (SELECT count(*) FROM jobs AS j WHERE j.queue = :queue AND j.status = 'pending')
       > q.max_pending
 
--- name: jobs_get
--- Wide text columns come back as BLOB so that bytes that are not UTF-8 (a corrupt row) reach
--- Python undecoded instead of raising inside sqlite3; the backend decodes them leniently.
-SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
+-- name: _job_record
+-- The columns of a job record (the fragment every statement returning records uses). Wide
+-- text columns come back as BLOB so that bytes that are not UTF-8 (a corrupt row) reach Python
+-- undecoded instead of raising inside sqlite3; the backend decodes them leniently. depends_on
+-- and dependents come from job_links as JSON arrays, read only for a job that has links.
+id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
        run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
        CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
        CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
@@ -100,25 +102,15 @@ SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_a
                SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
            )
        ) END
+
+-- name: jobs_get
+SELECT {{_job_record}}
 FROM jobs WHERE id = :id
 
 -- name: jobs_list
 -- Newest first. Walking the primary key backwards and filtering stops after limit + offset
 -- matches, which beats sorting an index range for the dashboard's small pages.
-SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
-       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
-       CASE WHEN fanin > 0 THEN (
-           SELECT json_group_array(input_id) FROM (
-               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
-           )
-       ) END,
-       CASE WHEN fanout > 0 THEN (
-           SELECT json_group_array(job_id) FROM (
-               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
-           )
-       ) END
+SELECT {{_job_record}}
 FROM jobs
 WHERE (:queue IS NULL OR queue = :queue)
   AND (:status IS NULL OR status = :status)
@@ -129,20 +121,7 @@ LIMIT :limit OFFSET :offset
 -- name: jobs_list_dead
 -- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
 -- only when the query states its condition word for word.
-SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
-       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
-       CASE WHEN fanin > 0 THEN (
-           SELECT json_group_array(input_id) FROM (
-               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
-           )
-       ) END,
-       CASE WHEN fanout > 0 THEN (
-           SELECT json_group_array(job_id) FROM (
-               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
-           )
-       ) END
+SELECT {{_job_record}}
 FROM jobs INDEXED BY jobs_dead
 WHERE status IN ('failed', 'cancelled')
   AND status = :status
@@ -154,20 +133,7 @@ LIMIT :limit OFFSET :offset
 -- name: jobs_list_workflow
 -- One workflow's jobs, newest first: the partial index jobs_workflow, whose condition the query
 -- repeats so that the planner may use it.
-SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
-       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
-       CASE WHEN fanin > 0 THEN (
-           SELECT json_group_array(input_id) FROM (
-               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
-           )
-       ) END,
-       CASE WHEN fanout > 0 THEN (
-           SELECT json_group_array(job_id) FROM (
-               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
-           )
-       ) END
+SELECT {{_job_record}}
 FROM jobs INDEXED BY jobs_workflow
 WHERE workflow_id IS NOT NULL
   AND workflow_id = :workflow_id
@@ -180,20 +146,7 @@ LIMIT :limit OFFSET :offset
 -- name: jobs_list_ids
 -- The jobs among :ids (a JSON array of distinct ids; unknown ones match nothing), newest first:
 -- one primary key seek each.
-SELECT id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
-       run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-       CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-       CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
-       CASE WHEN fanin > 0 THEN (
-           SELECT json_group_array(input_id) FROM (
-               SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id ORDER BY l.position
-           )
-       ) END,
-       CASE WHEN fanout > 0 THEN (
-           SELECT json_group_array(job_id) FROM (
-               SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
-           )
-       ) END
+SELECT {{_job_record}}
 FROM jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (:workflow_id IS NULL OR workflow_id = :workflow_id)
@@ -224,22 +177,7 @@ SET status = CASE WHEN status IN ('waiting', 'pending') THEN 'cancelled' ELSE st
                                THEN (SELECT now FROM clock) ELSE cancel_requested_at END
 WHERE id = :id
   AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
-RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
-          run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-          CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
-          CASE WHEN fanin > 0 THEN (
-              SELECT json_group_array(input_id) FROM (
-                  SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id
-                  ORDER BY l.position
-              )
-          ) END,
-          CASE WHEN fanout > 0 THEN (
-              SELECT json_group_array(job_id) FROM (
-                  SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id
-                  ORDER BY l.job_id
-              )
-          ) END
+RETURNING {{_job_record}}
 
 -- name: jobs_retry
 -- Re-drive: the error stays for history. The caller has checked the idempotency key inside
@@ -257,22 +195,7 @@ SET status = 'pending',
     progress = NULL,
     progress_note = NULL
 WHERE id = :id AND status IN ('failed', 'cancelled')
-RETURNING id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts,
-          run_at, created_at, started_at, finished_at, worker_id, CAST(result AS BLOB),
-          CAST(error AS BLOB), parent_id, idempotency_key, delivery, cancel_requested_at,
-          CAST(cancelled_by AS BLOB), progress, CAST(progress_note AS BLOB), workflow_id,
-          CASE WHEN fanin > 0 THEN (
-              SELECT json_group_array(input_id) FROM (
-                  SELECT l.input_id FROM job_links AS l WHERE l.job_id = jobs.id
-                  ORDER BY l.position
-              )
-          ) END,
-          CASE WHEN fanout > 0 THEN (
-              SELECT json_group_array(job_id) FROM (
-                  SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id
-                  ORDER BY l.job_id
-              )
-          ) END
+RETURNING {{_job_record}}
 
 -- name: jobs_purge
 DELETE FROM jobs
