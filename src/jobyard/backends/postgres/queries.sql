@@ -127,22 +127,7 @@ inserted AS (
     LEFT JOIN queues AS q ON q.name = c.queue
     RETURNING id, queue
 ),
--- max_pending: the pending count excludes this statement's own rows (a data-modifying CTE's
--- rows are invisible to the rest of the statement), so it is the count before the batch.
--- jobyard_queue_full raises, which undoes every row of the batch.
-full_queues AS (
-    SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
-    FROM queues AS q
-    JOIN (SELECT queue, count(*) AS n FROM inserted GROUP BY queue) AS a ON a.queue = q.name
-    WHERE q.max_pending IS NOT NULL
-      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name) + a.n > q.max_pending
-),
--- One NOTIFY per queue per batch, delivered only if the transaction commits. The payload is
--- "schema:queue" on one channel, so a LISTEN needs no dynamic identifier.
-notified AS (
-    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
-    FROM (SELECT DISTINCT queue FROM inserted) AS d
-)
+{{_insert_checks}}
 -- The answer, one row per input job: the created ones, then those whose key another job holds
 -- (or an earlier job of the batch took), then, if the batch needs the lock, the NULL row.
 SELECT c.ord, c.id, true AS created, true AS go,
@@ -255,19 +240,9 @@ parked_counted AS (
     ORDER BY queue
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
--- max_pending, as in jobs_insert: waiting steps do not count (they are not in `inserted`).
-full_queues AS (
-    SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
-    FROM queues AS q
-    JOIN (SELECT queue, count(*) AS n FROM inserted GROUP BY queue) AS a ON a.queue = q.name
-    WHERE q.max_pending IS NOT NULL
-      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name) + a.n > q.max_pending
-),
--- Wake the workers of the queues that have new pending jobs (a step is woken by its release).
-notified AS (
-    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
-    FROM (SELECT DISTINCT queue FROM inserted) AS d
-)
+-- Waiting steps are not in `inserted`: they neither count against max_pending nor wake
+-- anyone (a step is woken by its release).
+{{_insert_checks}}
 SELECT f.ord, f.id, true AS created, true AS go,
        (SELECT count(*) FROM full_queues) + (SELECT count(*) FROM notified) AS checks
 FROM fresh AS f
@@ -275,6 +250,26 @@ UNION ALL
 SELECT NULL, NULL, NULL, false, 0
 WHERE NOT (SELECT ok FROM go)
 ORDER BY 1;
+
+
+-- name: _insert_checks
+-- The last CTEs of both inserts, over their `inserted` rows (pending jobs):
+-- max_pending: the pending count excludes this statement's own rows (a data-modifying CTE's
+-- rows are invisible to the rest of the statement), so it is the count before the batch.
+-- jobyard_queue_full raises, which undoes every row of the batch.
+full_queues AS (
+    SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
+    FROM queues AS q
+    JOIN (SELECT queue, count(*) AS n FROM inserted GROUP BY queue) AS a ON a.queue = q.name
+    WHERE q.max_pending IS NOT NULL
+      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name) + a.n > q.max_pending
+),
+-- One NOTIFY per queue per batch, delivered only if the transaction commits. The payload is
+-- "schema:queue" on one channel, so a LISTEN needs no dynamic identifier.
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+    FROM (SELECT DISTINCT queue FROM inserted) AS d
+)
 
 
 -- name: _job_record
