@@ -59,13 +59,13 @@ def test_a_release_left_owed_by_a_dead_caller_is_paid_once_by_the_reaper(
     assert refused == [] and [n[1][0] for n in notes] == ["owed"]
     # then m2 is completed, the release is owed in its queue, and the join still waits
     assert status(backend, m2) == "completed"
-    assert backend.client.smembers(backend.keys.owed("b")) == {m2.rsplit(":", 1)[1]}
+    assert backend.client.hgetall(backend.keys.owed("b")) == {m2.rsplit(":", 1)[1]: join}
     assert status(backend, join) == "waiting"
     # when the watchdog runs
     assert backend.leases_reap(LeasesReapParams()) == []
     # then it paid the release: the join is pending and nothing is owed
     assert status(backend, join) == "pending"
-    assert backend.client.scard(backend.keys.owed("b")) == 0
+    assert backend.client.hlen(backend.keys.owed("b")) == 0
     # and a second run and a late payer sending the same release change nothing
     backend.leases_reap(LeasesReapParams())
     backend.pay_owed([("b", m2.rsplit(":", 1)[1], join)])
@@ -89,7 +89,58 @@ def test_an_owed_release_paid_twice_counts_its_input_once(backend: RedisBackend)
     # and m2's completion releases it
     backend.jobs_ack(JobsAckParams([o for o in held if o.id == m2]))
     assert status(backend, join) == "pending"
-    assert backend.client.scard(backend.keys.owed("a")) == 0
+    assert backend.client.hlen(backend.keys.owed("a")) == 0
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_an_input_completed_before_its_steps_queue_is_written_still_counts(
+    backend: RedisBackend, make_backend: Any, clock: FrozenClock
+) -> None:
+    # given a chain a -> b across two queues: Cluster writes queue "a", then queue "b"; another
+    # worker claims and completes the first step in between (forced here, by running the
+    # second worker's ack right after the first queue's part is written)
+    other: RedisBackend = make_backend(clock)
+    write_part = backend._insert
+
+    def part_then_complete(queues: list[str], *rest: Any, **options: Any) -> Any:
+        out = write_part(queues, *rest, **options)
+        if queues == ["a"] and rest[2] not in ("", "[]"):  # the real write of queue "a"
+            other.jobs_ack(JobsAckParams(completed(other, "a")))
+        return out
+
+    backend._insert = part_then_complete  # type: ignore[method-assign]
+    first, second = insert(backend, step(queue="a"), step(0, queue="b"))
+    # then the completion counted for the step written after it: the step is due at once
+    assert status(backend, first) == "completed"
+    rec = backend.jobs_get(second)
+    assert rec is not None and (rec.status, rec.depends_on) == ("pending", (first,))
+    assert [c.id for c in backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))] == [second]
+    n = second.rsplit(":", 1)[1]
+    assert not backend.client.exists(f"{backend.keys.tag('b')}:inputs:{n}")
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_an_owed_release_survives_the_purge_of_its_input(backend: RedisBackend) -> None:
+    # given a release owed by a caller that died, whose completed input is then purged
+    _, join = insert(backend, step(queue="b"), step(0, queue="a"))
+    backend._ack(JobsAckParams(completed(backend, "b")))
+    assert backend.jobs_purge(JobsPurgeParams(statuses=("completed",))) == 1
+    # when the watchdog runs, it still pays the release (the owed entry keeps the dependents)
+    backend.leases_reap(LeasesReapParams())
+    assert status(backend, join) == "pending"
+    assert backend.client.hlen(backend.keys.owed("b")) == 0
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_no_counted_inputs_outlive_their_step(backend: RedisBackend) -> None:
+    # given a step in "a" waiting on x (queue "b", counted through an owed release) and y ("a")
+    _, _, join = insert(backend, step(queue="b"), step(queue="a"), step(0, 1, queue="a"))
+    backend.jobs_ack(JobsAckParams(completed(backend, "b")))
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    # then once released, the step's set of counted inputs is gone
+    n = join.rsplit(":", 1)[1]
+    assert status(backend, join) == "pending"
+    assert not backend.client.exists(f"{backend.keys.tag('a')}:inputs:{n}")
 
 
 def test_a_completed_step_keeps_its_result_and_links(backend: RedisBackend) -> None:

@@ -627,7 +627,7 @@ class RedisBackend:
 
     def _clear_owed(self, queue: str, numbers: list[str]) -> None:
         key = self.keys.owed(queue)
-        self.core.call(lambda: self.client.srem(key, *numbers))
+        self.core.call(lambda: self.client.hdel(key, *numbers))
 
     def pay_owed(self, owed: Sequence[tuple[str, str, str]]) -> Counter[str]:
         """Cluster: pay releases owed by completed jobs ``(queue, number, dependents)`` to their

@@ -20,8 +20,9 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P:<queue>}:ttl          string  the queue's time to live (ms) when fed with one
     {P:<queue>}:alive        string  expires ttl ms after the last push
     {P:<queue>}:waiting      zset    workflow steps waiting for their inputs, score job number
-    {P:<queue>}:owed         set     Cluster: completed jobs whose release of a dependent in
-                                     another queue is not paid yet (jobs_ack, leases_reap)
+    {P:<queue>}:owed         hash    Cluster: completed job number -> its dependents, for a
+                                     release of a dependent in another queue not paid yet
+                                     (jobs_ack, leases_reap)
     {P:<queue>}:workflows    hash    job number -> workflow id, for jobs of a workflow
     {P:<queue>}:wf:<id>      zset    the queue's jobs of workflow <id>, score job number
     {P:<queue>}:inputs:<n>   set     Cluster: ids of the inputs already counted for waiting
@@ -105,7 +106,8 @@ class Keys:
         return f"{self.tag(queue)}:job:{number}"
 
     def owed(self, queue: str) -> str:
-        """The set of completed jobs of ``queue`` whose release of a dependent is owed."""
+        """The hash of completed jobs of ``queue`` (number -> dependents) whose release of a
+        dependent is owed."""
         return f"{self.tag(queue)}:owed"
 
     def schedule(self, queue: str, name: str) -> str:

@@ -190,13 +190,23 @@ end
 -- than once) an input is counted only the first time it is added to n's set of counted inputs.
 -- A job that is not waiting any more (cancelled, released) is left alone.
 -- Returns 1 if n became pending, else 0.
+local EARLY_INPUTS_TTL = 7 * 86400 -- seconds inputs counted for a step not written yet are kept
+
 local function count_input(dk, n, now, input)
   local jk = job_key(dk, n)
   local f = redis.call('HMGET', jk, 'status', 'priority', 'run_at')
+  local counted = dk.base .. 'inputs:' .. n
+  if not f[1] and input then
+    -- Cluster writes a workflow queue by queue: an input in a queue written first can complete
+    -- before its step exists. Keep the count (insert_jobs subtracts it); the set expires if
+    -- the step never comes (its insert failed half-way, or it was purged).
+    redis.call('SADD', counted, input)
+    redis.call('EXPIRE', counted, EARLY_INPUTS_TTL)
+    return 0
+  end
   if f[1] ~= 'waiting' then
     return 0
   end
-  local counted = dk.base .. 'inputs:' .. n
   if input and redis.call('SADD', counted, input) == 0 then
     return 0
   end
@@ -207,9 +217,7 @@ local function count_input(dk, n, now, input)
   redis.call('HDEL', jk, 'waits')
   redis.call('HSET', jk, 'status', 'pending', 'run_at', run_at)
   redis.call('ZREM', dk.waiting, n)
-  if input then
-    redis.call('DEL', counted)
-  end
+  redis.call('DEL', counted)
   to_ready(dk, n, f[2], run_at)
   return 1
 end
@@ -240,7 +248,7 @@ end
 -- Deleting finished job n (purge, retention): its workflow index entry goes too. has_wf: the
 -- queue's workflows hash exists (checked once per call, so plain queues pay nothing more).
 local function drop_job(k, n, status, has_wf)
-  redis.call('DEL', job_key(k, n))
+  redis.call('DEL', job_key(k, n), k.base .. 'inputs:' .. n)
   from_finished(k, n, status)
   if has_wf then
     local wf = redis.call('HGET', k.workflows, n)
@@ -479,7 +487,20 @@ local function insert_jobs(o)
         redis.call('HSET', k.workflows, n, wf)
         add(k.base .. 'wf:' .. wf, n, n)
       end
-      if waiting then
+      local early = 0
+      local has_inputs = waiting
+      if waiting and type(job[15][1]) ~= 'number' then
+        -- Cluster: inputs in queues written before this one may have completed already.
+        local counted = k.base .. 'inputs:' .. n
+        early = redis.call('SCARD', counted)
+        if early >= #job[15] then
+          waiting = false -- every input completed: the step is due as it is written
+          redis.call('DEL', counted)
+          fields[6] = 'pending'
+          fresh[g] = fresh[g] + 1
+        end
+      end
+      if has_inputs then
         local ids = {}
         local id = o.names[g] .. ':' .. n
         for j, e in ipairs(job[15]) do
@@ -493,8 +514,10 @@ local function insert_jobs(o)
         end
         fields[#fields + 1] = 'depends_on'
         fields[#fields + 1] = table.concat(ids, ',')
-        fields[#fields + 1] = 'waits'
-        fields[#fields + 1] = #ids
+        if waiting then
+          fields[#fields + 1] = 'waits'
+          fields[#fields + 1] = #ids - early
+        end
       end
       local dependents = nz(job[16])
       if dependents and #dependents > 0 then

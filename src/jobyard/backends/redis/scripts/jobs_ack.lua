@@ -50,7 +50,7 @@ local function release(k, g, n, deps)
     end
   end
   if owed then
-    redis.call('SADD', k.owed, n)
+    redis.call('HSET', k.owed, n, deps) -- with its dependents: the record may go first
     notes[#notes + 1] = {'owed', g, n, deps}
   end
 end

@@ -11,7 +11,7 @@
 --          was asked), back to pending (ready level, prios, pending; the attempt stays counted)
 --          or failed (at_most_once, or attempts spent, or a corrupt record: see fault() in
 --          _lib.lua).
---          Reads (Cluster, ARGV[7] ""): up to ARGV[8] entries of each group's owed set.
+--          Reads (Cluster, ARGV[7] ""): about ARGV[8] entries of each group's owed hash.
 -- Returns: 3 strings per recovered job: group, number, new status. Then, Cluster only, an array
 --          {"owed", group, number, dependents} per release a completion left owed (jobs_ack.lua):
 --          its caller may have died before paying it; the backend pays it (idempotent).
@@ -75,8 +75,10 @@ for g = 1, ng do
   if global then
     wake(KEYS[ng * NQ + g], requeued)
   elseif owed_limit > 0 then
-    for _, n in ipairs(redis.call('SRANDMEMBER', k.owed, owed_limit)) do
-      notes[#notes + 1] = {'owed', g, n, redis.call('HGET', job_key(k, n), 'dependents') or ''}
+    -- An owed entry keeps its dependents: the completed job's record may be purged first.
+    local page = redis.call('HSCAN', k.owed, 0, 'COUNT', owed_limit)[2]
+    for i = 1, math.min(#page, 2 * owed_limit), 2 do
+      notes[#notes + 1] = {'owed', g, page[i], page[i + 1]}
     end
   end
 end
