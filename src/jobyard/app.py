@@ -272,7 +272,7 @@ class App:
         recs = self.backend.jobs_list(JobsListParams(workflow_id=workflow_id, limit=MAX_WORKFLOW))
         if not recs:
             raise JobNotFound(f"workflow {workflow_id}")
-        places = {r.id: place_of(r.payload) or "c0" for r in recs}
+        places = {r.id: at for r in recs if (at := place_of(r.payload)) is not None}
         return build_workflow(workflow_id, [Job.from_record(r) for r in recs], places)
 
     def results(self, ids: Sequence[str]) -> dict[str, Job]:

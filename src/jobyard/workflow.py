@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
 from .backends.base import NewJob
-from .errors import ConfigurationError, JobCancelled, JobFailed
+from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound
 from .job import Job, JobFunction, JobHandle, Status
 
 if TYPE_CHECKING:
@@ -266,16 +266,17 @@ def _render(node: StepNode, first: str, rest: str, lines: list[str]) -> None:
 
 def build_workflow(workflow_id: str, jobs: Sequence[Job], places: dict[str, str]) -> Workflow:
     """The tree of a workflow's ``jobs`` from each job's place (``places``: id -> "c0/g1")."""
+    places = _placed(jobs, places)
     root: dict[Any, Any] = {}
     kinds: dict[tuple[str, ...], str] = {}
     for job in jobs:
-        parts = tuple(places.get(job.id, "c0").split("/"))
+        parts = tuple(places[job.id].split("/"))
         node = root
         for depth, part in enumerate(parts):
             kinds[parts[:depth]] = "chain" if part[:1] == "c" else "group"
             node = node.setdefault(_index(part), {})
         node[None] = job
-    ordered = sorted(jobs, key=lambda j: [_index(p) for p in places.get(j.id, "c0").split("/")])
+    ordered = sorted(jobs, key=lambda j: [_index(p) for p in places[j.id].split("/")])
 
     def tree(node: dict[Any, Any], path: tuple[str, ...]) -> StepNode:
         if None in node:
@@ -285,6 +286,26 @@ def build_workflow(workflow_id: str, jobs: Sequence[Job], places: dict[str, str]
         return StepNode(kinds.get(path, "chain"), children=children)
 
     return Workflow(workflow_id, tuple(ordered), tree(root, ()))
+
+
+def _placed(jobs: Sequence[Job], places: dict[str, str]) -> dict[str, str]:
+    """Every job's place; a job without one (a corrupt payload) or sharing one goes after the
+    rest, at the top of the tree, so that it is still shown."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    lost = []
+    for job in jobs:
+        place = places.get(job.id)
+        if place is None or place in taken or not all(p[1:].isdigit() for p in place.split("/")):
+            lost.append(job)
+            continue
+        out[job.id] = place
+        taken.add(place)
+    kind = next(iter(out.values()), "c")[:1]
+    top = max((_index(p.split("/")[0]) for p in out.values()), default=-1)
+    for i, job in enumerate(lost, top + 1):
+        out[job.id] = f"{kind}{i}"
+    return out
 
 
 def _index(part: str) -> int:
@@ -360,9 +381,10 @@ class WorkflowHandle:
                 if job.status == Status.FAILED:
                     raise JobFailed(job.id, job.error)
                 raise JobCancelled(job.id)
-            if len(done) == len(wanted) and all(
-                j.status == Status.COMPLETED for j in done.values()
-            ):
+            if len(done) < len(wanted):
+                gone = next(i for i in wanted if i not in done)
+                raise JobNotFound(gone, "purged before the workflow's result was read")
+            if all(j.status == Status.COMPLETED for j in done.values()):
                 return _pick(self._out, {i: j.result for i, j in done.items()})
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"workflow {self.id} is not complete after {timeout}s")

@@ -340,3 +340,37 @@ def test_a_group_of_ten_thousand_members_joins_once(make_app: Callable[..., joby
         assert handle.result(timeout=120) == 10_000
     joins = app.jobs(name="count")
     assert [(j.status, j.workflow_id) for j in joins] == [("completed", handle.id)]
+
+
+def test_a_job_without_its_place_is_still_in_the_tree(make_app: Callable[..., jobyard.App]) -> None:
+    from jobyard.workflow import build_workflow
+
+    app = make_app()
+
+    @app.job
+    def one(x: int = 0) -> int:
+        return x
+
+    handle = chain(one.s(), one.s(), one.s()).enqueue()
+    jobs = app.workflow(handle.id).jobs
+    # given places as a store might hold them: one lost (a corrupt payload), two the same
+    places = {jobs[0].id: "c0", jobs[1].id: "c0"}
+    flow = build_workflow(handle.id, jobs, places)
+    # then every job is shown, the unplaced ones after the rest
+    shown = [line.split("#")[1].split()[0] for line in flow.render()[1:]]
+    assert shown == [jobs[0].id, jobs[1].id, jobs[2].id]
+
+
+def test_result_of_a_purged_workflow_says_so(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+
+    @app.job
+    def one() -> int:
+        return 1
+
+    handle = chain(one.s()).enqueue()
+    with running_worker(app):
+        assert handle.result(timeout=10) == 1
+    app.purge()
+    with pytest.raises(jobyard.JobNotFound, match="purged"):
+        handle.result(timeout=5)
