@@ -452,6 +452,50 @@ def test_wait_is_woken_by_an_insert(backend: Backend) -> None:
     assert started <= at < started + 4
 
 
+def test_a_waiting_claim_takes_the_job_whose_insert_woke_it(backend: Backend) -> None:
+    import threading
+    import time
+
+    # given an idle worker's claim waiting for a push signal (an early return is allowed: it
+    # claims nothing and waits again)
+    got: list[tuple[list[str], float]] = []
+    waiting = threading.Event()
+
+    def waiter() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting.set()
+            jobs = backend.jobs_claim(JobsClaimParams("w1", ["q"], 8, wait=30))
+            if jobs:
+                got.append(([j.id for j in jobs], time.monotonic()))
+                return
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    assert waiting.wait(10)
+    time.sleep(0.2)  # let the waiter block; correctness does not depend on it
+    # when a job is inserted
+    started = time.monotonic()
+    (job_id,) = insert(backend, new())
+    t.join(25)
+    # then the waiting claim returns it, claimed, long before its 30 s wait ran out
+    ((ids, at),) = got
+    assert ids == [job_id]
+    assert started <= at < started + 4
+    rec = backend.jobs_get(job_id)
+    assert rec is not None and (rec.status, rec.worker_id) == ("running", "w1")
+
+
+def test_a_waiting_claim_claims_after_its_wait_even_unwoken(backend: Backend) -> None:
+    # given a due job (its push signal may have been taken already) and nothing else
+    (job_id,) = insert(backend, new())
+    # when a claim waits at most 0.3 s, then it claims the job: at once or after its wait
+    jobs = backend.jobs_claim(JobsClaimParams("w1", ["q"], 8, wait=0.3))
+    assert [j.id for j in jobs] == [job_id]
+    # and with nothing due, it returns nothing after its wait
+    assert backend.jobs_claim(JobsClaimParams("w1", ["q"], 8, wait=0.2)) == []
+
+
 def test_corrupt_payload_is_stored_as_given(backend: Backend) -> None:
     (job_id,) = insert(backend, NewJob(name="task", queue="q", payload="{not json"))
     (c,) = claim(backend)

@@ -267,11 +267,18 @@ class Inserted:
 @dataclass(frozen=True, slots=True)
 class JobsClaimParams:
     """Claim up to ``limit`` due jobs from ``queues``, in DESIGN.md order, honouring each
-    queue's max_concurrency across all workers. Counts an attempt and issues a fresh token."""
+    queue's max_concurrency across all workers. Counts an attempt and issues a fresh token.
+
+    ``wait`` > 0: first sleep until a push signal for ``queues`` arrives (as :meth:`jobs_wait`)
+    or ``wait`` seconds pass, then claim, whichever ended the sleep. An idle worker's next claim:
+    a store that can carry the claim with the wake-up does both in one round trip (Redis sends
+    the claim behind its blocking read), so a job enqueued to an idle worker costs one round
+    trip to start, not two."""
 
     worker_id: str
     queues: Sequence[str]
     limit: int
+    wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -297,7 +297,10 @@ class MemoryBackend:
     # worker side ------------------------------------------------------------------------------
 
     def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in priority, run_at, id order within each queue's free concurrency."""
+        """Claim due jobs in priority, run_at, id order within each queue's free concurrency;
+        with ``wait``, after the push signal (:meth:`jobs_wait`)."""
+        if params.wait > 0:
+            self.jobs_wait(JobsWaitParams(params.queues, params.wait))
         with self._lock:
             now = self._now()
             queues = set(params.queues)

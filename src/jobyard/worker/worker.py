@@ -263,9 +263,10 @@ class Worker:
         with self._lock:
             return self._wanted_locked()
 
-    def _claimed(self, seconds: float, count: int) -> None:
+    def _claimed(self, seconds: float | None, count: int) -> None:
         with self._lock:
-            self.pace.claimed(seconds)
+            if seconds is not None:
+                self.pace.claimed(seconds)
             self.claims += 1
             self.claimed += count
 

@@ -458,7 +458,10 @@ class PostgresBackend:
     # worker side ------------------------------------------------------------------------------
 
     def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in one round trip (see :class:`JobsClaimParams`)."""
+        """Claim due jobs in one round trip (see :class:`JobsClaimParams`); with ``wait``,
+        after the push signal (:meth:`jobs_wait`)."""
+        if params.wait > 0:
+            self._listener.wait(params.queues, params.wait)
         queues = list(dict.fromkeys(params.queues))
         if params.limit <= 0 or not queues:
             return []

@@ -46,6 +46,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from redis.exceptions import NoScriptError
+
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound, QueueFull
 from .. import mask_url
@@ -475,6 +477,10 @@ class RedisBackend:
         claims again after its backoff (see ``_core.py``); the peek is a read, retried.
         """
         queues = list(dict.fromkeys(params.queues))
+        if params.wait > 0 and queues and params.limit > 0 and not self.cluster:
+            return self._claim_woken(queues, params.worker_id, params.limit, params.wait)
+        if params.wait > 0:
+            self.jobs_wait(JobsWaitParams(queues, params.wait))
         if not queues or params.limit <= 0:
             return []
         if not self.cluster or len(queues) == 1:
@@ -495,8 +501,8 @@ class RedisBackend:
         claimed.sort(key=lambda c: rank.get((c.queue, int(c.id.rsplit(":", 1)[1])), len(rank)))
         return claimed
 
-    def _claim_call(self, queues: list[str], worker: str, limit: int, peek: bool) -> Any:
-        args = [
+    def _claim_args(self, queues: list[str], worker: str, limit: int, peek: bool) -> list[str]:
+        return [
             self.core.now(),
             str(len(queues)),
             str(limit),
@@ -505,11 +511,44 @@ class RedisBackend:
             "1" if peek else "",
             _ttl(self.settings.failed_ttl),
         ]
+
+    def _claim_call(self, queues: list[str], worker: str, limit: int, peek: bool) -> Any:
+        args = self._claim_args(queues, worker, limit, peek)
         run = self.core.run if peek else self.core.run_once
         return run("jobs_claim", self.core.group_keys(queues), args)
 
+    def _claim_woken(
+        self, queues: list[str], worker: str, limit: int, wait: float
+    ) -> list[ClaimedJob]:
+        """The blocking read of the wake lists and the claim, sent together in one pipeline:
+        Redis runs the claim the moment the read returns (a token pushed, or the timeout), so
+        the job reaches the worker in the read's own round trip. Single node only (on Cluster
+        the wake lists and the queue may sit on different nodes). Sent once, like any claim:
+        if the connection fails while it blocks, Redis drops the queued claim with it."""
+        wake = [self.keys.wake(q) for q in queues]
+        block = min(wait, max(self.settings.socket_timeout - 1.0, 0.1))
+        script = self.core.scripts["jobs_claim"]
+        keys = self.core.group_keys(queues)
+        args = self._claim_args(queues, worker, limit, peek=False)
+
+        def send(client: Any) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            pipe.blpop(wake, timeout=block)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return cast(list[Any], pipe.execute(raise_on_error=False))
+
+        woke, reply = self.core.call_once("jobs_claim", send)
+        if isinstance(reply, NoScriptError):  # a restarted server: Script loads it again
+            return self._claim(queues, worker, limit)
+        for item in (woke, reply):
+            if isinstance(item, Exception):
+                raise item
+        return self._claimed(queues, reply)
+
     def _claim(self, queues: list[str], worker: str, limit: int) -> list[ClaimedJob]:
-        r = self._claim_call(queues, worker, limit, peek=False)
+        return self._claimed(queues, self._claim_call(queues, worker, limit, peek=False))
+
+    def _claimed(self, queues: list[str], r: Any) -> list[ClaimedJob]:
         out = []
         for i in range(0, len(r), 12):
             queue = queues[int(r[i]) - 1]

@@ -366,7 +366,10 @@ class SQLiteBackend:
     # worker side ------------------------------------------------------------------------------
 
     def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL)."""
+        """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL);
+        with ``wait``, after the push signal (:meth:`jobs_wait`)."""
+        if params.wait > 0:
+            self.jobs_wait(JobsWaitParams(params.queues, params.wait))
         if params.limit <= 0 or not params.queues:
             return []
         with self._writing() as conn:
