@@ -306,7 +306,7 @@ class Worker:
             if seconds is not None:
                 self.pace.finished(seconds)
             wake = self._wanted_locked() > 0
-        if wake:
+        if wake and not self._slot_freed.is_set():
             self._slot_freed.set()
 
     def _handler_thread(self) -> None:
@@ -390,7 +390,8 @@ class Worker:
             return False
         run.settled = True
         self._open -= 1
-        self._idle.notify_all()
+        if self._stopped:  # only stop() waits for the last outcomes (and it polls too)
+            self._idle.notify_all()
         return True
 
     def _settle_here(self, run: Running, outcome: Outcome, seconds: float | None) -> None:
