@@ -18,6 +18,19 @@ log = logging.getLogger("jobyard.worker")
 HAND_OFF = 50e-6
 
 
+class IdleClaim:
+    """A waiting claim an idle handler thread makes in the producer's stead: the first job it
+    brings starts on that thread, with no hand-off between the wake-up and the handler (on an
+    idle 2-core machine, waking another thread cost 0.1 ms at the median, 1 ms at p99). The
+    thread hands the other jobs out as the producer would, then sets ``done``."""
+
+    def __init__(self, params: JobsClaimParams) -> None:
+        self.params = params
+        self.jobs: list[ClaimedJob] = []
+        self.error: Exception | None = None
+        self.done = threading.Event()
+
+
 class Producer:
     """Claims jobs while ``wanted()`` asks for some and hands them to ``dispatch``;
     ``claimed(seconds, count)`` hears how long each claim round trip took (None: it waited for
@@ -29,10 +42,11 @@ class Producer:
         worker_id: str,
         queues: Sequence[str],
         wanted: Callable[[], int],
-        dispatch: Callable[[list[ClaimedJob]], None],
+        dispatch: Callable[[list[ClaimedJob]], object],
         slot_freed: threading.Event,
         poll_interval: float,
         claimed: Callable[[float | None, int], None] = lambda seconds, count: None,
+        delegate: Callable[[JobsClaimParams], IdleClaim | None] = lambda params: None,
     ) -> None:
         self.backend = backend
         self.worker_id = worker_id
@@ -40,6 +54,8 @@ class Producer:
         self.wanted = wanted
         self.claimed = claimed
         self.dispatch = dispatch
+        # Given a waiting claim, an IdleClaim if an idle handler thread will make it (else None).
+        self.delegate = delegate
         self.slot_freed = slot_freed
         self.poll_interval = poll_interval
         self._stop = threading.Event()
@@ -75,7 +91,14 @@ class Producer:
                 # Waiting, the store sends the claim with its wake-up where it can (one round
                 # trip from an enqueue to an idle worker's claimed job, not two).
                 params = JobsClaimParams(self.worker_id, self.queues, free, wait)
-                jobs = self.backend.jobs_claim(params)
+                idle = self.delegate(params) if wait else None
+                if idle is None:
+                    jobs = self.backend.jobs_claim(params)
+                else:  # a handler thread claims, and hands the jobs out itself
+                    idle.done.wait()
+                    if idle.error is not None:
+                        raise idle.error
+                    jobs = idle.jobs
                 if jobs:
                     # A waiting claim's time is mostly the wait: not a round trip to learn from.
                     self.claimed(None if wait else time.monotonic() - t0, len(jobs))
@@ -91,7 +114,7 @@ class Producer:
             # waits for a push signal instead of paying a round trip to find nothing. All of
             # them: there may be more, claim again at once.
             wait = 0.0 if len(jobs) == free else self.poll_interval
-            if jobs:
+            if jobs and idle is None:
                 self.dispatch(jobs)
                 if params.wait:
                     time.sleep(HAND_OFF)  # the worker was idle: let its handlers start first

@@ -32,6 +32,7 @@ from ..backends.base import (
     ClaimedJob,
     Consumer,
     JobsAckParams,
+    JobsClaimParams,
     Outcome,
     Schedule,
     WorkerInfo,
@@ -43,7 +44,7 @@ from ._held import Running
 from ._slots import HOLD, Pace
 from .completer import Completer
 from .maintenance import Maintenance, Ticker
-from .producer import Producer
+from .producer import IdleClaim, Producer
 
 log = logging.getLogger("jobyard.worker")
 
@@ -123,7 +124,7 @@ class Worker:
         self._force = threading.Event()
         self._started = False
         self._stopped = False
-        self._tasks: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self._tasks: queue.SimpleQueue[Running | IdleClaim | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.pipeline = executor.Pipeline(self.backend, registry, hooks or Hooks(), self.id)
@@ -136,6 +137,7 @@ class Worker:
             self._slot_freed,
             poll_interval,
             self._claimed,
+            self._delegate,
         )
         self.completer = Completer(self.backend, self._on_acked, self._halt)
         self.heartbeat = Ticker("jobyard-heartbeat", 0.05, self._heartbeat)
@@ -270,7 +272,32 @@ class Worker:
             self.claims += 1
             self.claimed += count
 
-    def _dispatch(self, jobs: list[ClaimedJob]) -> None:
+    def _delegate(self, params: JobsClaimParams) -> IdleClaim | None:
+        """The producer's waiting claim, handed to a handler thread while every one is idle
+        (see :class:`IdleClaim`); None while any holds a job."""
+        with self._lock:
+            if self._held or self._stopped or not self._threads:
+                return None
+            idle = IdleClaim(params)
+            self._tasks.put(idle)
+        return idle
+
+    def _claim_here(self, idle: IdleClaim) -> Running | None:
+        """On a handler thread: make the producer's waiting claim, hand out what it brought
+        and keep the first sync job for this thread."""
+        kept = None
+        try:
+            idle.jobs = self.backend.jobs_claim(idle.params)
+            kept = self._dispatch(idle.jobs, keep=True) if idle.jobs else None
+        except Exception as exc:  # noqa: BLE001 - the producer logs it and backs off
+            idle.error = exc
+        finally:
+            idle.done.set()
+        return kept
+
+    def _dispatch(self, jobs: list[ClaimedJob], keep: bool = False) -> Running | None:
+        """Hand claimed jobs to the handler threads and the event loop; with ``keep``, the
+        first sync job is returned instead, for the calling handler thread to run."""
         now = time.monotonic()
         with self._lock:
             stopped = self._stopped
@@ -278,9 +305,10 @@ class Worker:
             back = [Outcome(j.id, j.token, "release") for j in jobs]
             with contextlib.suppress(Exception):
                 self.backend.jobs_ack(JobsAckParams(back))
-            return
+            return None
         registry = self.registry
         on_loop: list[Running] = []
+        kept = None
         with self._lock:
             for job in jobs:
                 ctx = self.pipeline.context(job)
@@ -293,11 +321,14 @@ class Worker:
                 jf = registry.get(job.name)
                 if jf is not None and jf.is_async and self._loop is not None:
                     on_loop.append(run)
+                elif keep and kept is None:
+                    kept = run
                 else:
                     self._tasks.put(run)
         if on_loop:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._start_tasks, on_loop)
+        return kept
 
     def _returned(self, seconds: float | None) -> None:
         """A thread or task is done with its job (its handler ran for ``seconds``)."""
@@ -314,6 +345,10 @@ class Worker:
             run = self._tasks.get()
             if run is None:
                 return
+            if isinstance(run, IdleClaim):
+                run = self._claim_here(run)
+                if run is None:
+                    continue
             seconds = None
             try:
                 seconds = self._execute(run)
