@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 import jobyard
+from jobyard.backends.base import ClaimedJob, JobsClaimParams
 from jobyard.worker._slots import FAST, Pace
 
 from ..conftest import running_worker, wait_until
@@ -109,3 +110,57 @@ def test_async_handlers_run_as_tasks_with_a_default_concurrency_of_100(
             gate.set()
         for h in handles:
             h.result(timeout=20)
+
+
+def test_an_idle_worker_runs_the_job_on_the_thread_that_claimed_it(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    """While every slot is idle, the waiting claim is made by a handler thread, which runs the
+    first job it brings (no hand-off); the rest go to the other threads, never more at once
+    than the worker's concurrency."""
+    app = make_app()
+    gate = threading.Event()
+    lock = threading.Lock()
+    ran_on: dict[int, str] = {}
+    running = [0, 0]  # now, most at once
+
+    @app.job
+    def hold(n: int) -> None:
+        with lock:
+            ran_on[n] = threading.current_thread().name
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        gate.wait(30)
+        with lock:
+            running[0] -= 1
+
+    claimed_on: list[tuple[str, list[str]]] = []
+    handler_waits = threading.Event()
+    claim = app.backend.jobs_claim
+
+    def recording_claim(params: JobsClaimParams) -> list[ClaimedJob]:
+        on = threading.current_thread().name
+        if params.wait and on.startswith("jobyard-handler"):
+            handler_waits.set()
+        jobs = claim(params)
+        if jobs:
+            claimed_on.append((on, [j.id for j in jobs]))
+        return jobs
+
+    app.backend.jobs_claim = recording_claim  # type: ignore[method-assign]
+    # given an idle worker of 2 slots, one of whose handler threads waits for a job
+    with running_worker(app, concurrency=2, prefetch=0):
+        wait_until(handler_waits.is_set, what="a handler thread making the waiting claim")
+        # when one job arrives, then the handler thread that claimed it runs it
+        first = hold.enqueue(0)
+        wait_until(lambda: 0 in ran_on, what="the first job started")
+        ((thread, ids),) = claimed_on
+        assert ids == [first.id]
+        assert thread.startswith("jobyard-handler") and ran_on[0] == thread
+        # and with jobs waiting behind it, never more than 2 run at once
+        rest = hold.enqueue_many([((n,), {}) for n in range(1, 4)])
+        wait_until(lambda: len(ran_on) == 2, what="a second job started")
+        gate.set()
+        for h in [first, *rest]:
+            h.result(timeout=20)
+    assert running[1] == 2
