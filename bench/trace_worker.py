@@ -146,16 +146,18 @@ def run(args: argparse.Namespace, url: str) -> None:
 
 
 LATENCY_STEPS = (
-    "enqueue call (insert + commit + NOTIFY)",
-    "enqueue returned -> push signal woke the producer",
-    "claim round trip",
-    "claimed -> handler started",
+    "enqueue call (insert + push signal)",
+    "enqueue returned -> claim returned (wake-up and claim)",
+    "claim returned -> handler started",
     "total enqueue -> handler started",
 )
 
 
 def latency_phases(args: argparse.Namespace, trace: Trace) -> list[tuple[float, ...]]:
-    """Idle pick-up of one job at a time, cut into its steps by the traced store calls."""
+    """Idle pick-up of one job at a time, cut into its steps by the traced store calls. An idle
+    worker's claim waits for the push signal and claims in one call (``JobsClaimParams.wait``),
+    so the wake-up is inside the claim. The producer runs in this process: for the steps with
+    the worker in a process of its own, see ``latency_steps.py``."""
     import random
 
     from bench.apps import stamp
@@ -173,11 +175,9 @@ def latency_phases(args: argparse.Namespace, trace: Trace) -> list[tuple[float, 
         with trace.lock:
             events = trace.events[mark:]
         claim = next((e for e in events if e[0] == "jobs_claim" and e[3] > 0), None)
-        wake = next((e for e in events if e[0] == "jobs_wait"), None)
         if claim is None:
             continue
-        woke = wake[2] if wake is not None and wake[2] <= claim[1] else claim[1]
-        out.append((t1 - t0, woke - t1, claim[2] - claim[1], started - claim[2], started - t0))
+        out.append((t1 - t0, claim[2] - t1, started - claim[2], started - t0))
     return out
 
 
