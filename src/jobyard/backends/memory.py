@@ -79,6 +79,7 @@ class MemoryBackend:
         self._schedules: dict[str, Schedule] = {}
         self._ids = itertools.count(1)
         self._inserts = 0
+        self._waiters: dict[str, int] = {}  # worker id -> _inserts when its last wait returned
 
     def _now(self) -> float:
         now = self.clock.now()
@@ -300,7 +301,13 @@ class MemoryBackend:
         """Claim due jobs in priority, run_at, id order within each queue's free concurrency;
         with ``wait``, after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
-            self.jobs_wait(JobsWaitParams(params.queues, params.wait))
+            with self._lock:
+                # Inserts since this worker's previous waiting claim may have come after the
+                # claim that preceded this one (made by another of its threads): look at once.
+                seen = self._waiters.get(params.worker_id, self._inserts)
+                if seen == self._inserts:
+                    self._lock.wait_for(lambda: self._inserts != seen, timeout=params.wait)
+                self._waiters[params.worker_id] = self._inserts
         with self._lock:
             now = self._now()
             queues = set(params.queues)

@@ -461,7 +461,7 @@ class PostgresBackend:
         """Claim due jobs in one round trip (see :class:`JobsClaimParams`); with ``wait``,
         after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
-            self._listener.wait(params.queues, params.wait)
+            self._listener.wait(params.queues, params.wait, waiter=params.worker_id)
         queues = list(dict.fromkeys(params.queues))
         if params.limit <= 0 or not queues:
             return []

@@ -56,6 +56,8 @@ class Listener:
         self._stopping = False
         self._wake_r, self._wake_w = -1, -1
         self._seen = threading.local()  # per waiting thread: what its last wait returned on
+        # per named waiter (a worker's waiting claims), the same: guarded by _cond
+        self._waiters: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
 
     # lifecycle ---------------------------------------------------------------------------------
 
@@ -91,39 +93,51 @@ class Listener:
 
     # waiting -----------------------------------------------------------------------------------
 
-    def wait(self, queues: Sequence[str], timeout: float) -> bool:
+    def wait(self, queues: Sequence[str], timeout: float, waiter: str | None = None) -> bool:
         """Block until a notification for one of ``queues`` arrives, or ``timeout`` passes;
-        True if woken (possibly spuriously). A notification that arrived after this thread's
+        True if woken (possibly spuriously). A notification that arrived after this waiter's
         previous wait returned counts too: it may have come between that wait and the claim
-        that preceded this one, so it is not missed."""
+        that preceded this one, so it is not missed. The waiter is this thread, or ``waiter``
+        (a worker's id: its waiting claims are made by whichever of its threads is idle)."""
         self.start()
         deadline = time.monotonic() + max(timeout, 0.0)
         names = tuple(dict.fromkeys(queues))
         with self._cond:
             mark = self._mark(names)
-            previous = getattr(self._seen, "mark", None)
+            previous = self._previous(waiter)
             if previous is not None and previous[0] == names and previous[1] != mark:
-                self._seen.mark = (names, mark)
+                self._remember(waiter, names, mark)
                 return True
             down_since = None if self._connected else time.monotonic()
             while True:
                 now = time.monotonic()
                 current = self._mark(names)
                 if current != mark:
-                    self._seen.mark = (names, current)
+                    self._remember(waiter, names, current)
                     return True
                 if self._stopping or now >= deadline:
-                    self._seen.mark = (names, current)
+                    self._remember(waiter, names, current)
                     return False
                 if not self._connected:
                     down_since = down_since or now
                     if now - down_since >= POLL_WHILE_DOWN:
-                        self._seen.mark = (names, current)
+                        self._remember(waiter, names, current)
                         return True  # poll: notifications are being lost
                     self._cond.wait(min(deadline, down_since + POLL_WHILE_DOWN) - now)
                 else:
                     down_since = None
                     self._cond.wait(deadline - now)
+
+    def _previous(self, waiter: str | None) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+        if waiter is None:
+            return getattr(self._seen, "mark", None)
+        return self._waiters.get(waiter)
+
+    def _remember(self, waiter: str | None, names: tuple[str, ...], mark: tuple[int, ...]) -> None:
+        if waiter is None:
+            self._seen.mark = (names, mark)
+        else:
+            self._waiters[waiter] = (names, mark)
 
     def _mark(self, names: tuple[str, ...]) -> tuple[int, ...]:
         return (self._epoch, *(self._counts.get(n, 0) for n in names))

@@ -89,6 +89,10 @@ _ACK_QUERIES = {
 }
 
 
+# What a wait has seen: the in-process change counters of its queues, and PRAGMA data_version.
+_Marks = tuple[tuple[int, ...], int]
+
+
 class SQLiteBackend:
     """The ``sqlite:///path.db`` store, jobyard's default.
 
@@ -107,6 +111,8 @@ class SQLiteBackend:
         self._conns = Connections(self.path)
         self._pid = os.getpid()
         self._state = shared_for(self.path)
+        # Per worker and queues, where its last waiting claim's wait left off (see jobs_claim).
+        self._waiters: dict[tuple[str, ...], _Marks] = {}
         self.schema_migrate()
 
     @property
@@ -369,7 +375,12 @@ class SQLiteBackend:
         """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL);
         with ``wait``, after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
-            self.jobs_wait(JobsWaitParams(params.queues, params.wait))
+            # From where this worker's previous wait left off: a change since then may have
+            # come after the claim that preceded this one (made by another of its threads).
+            queues = list(dict.fromkeys(params.queues))
+            since = self._waiters.get((params.worker_id, *queues))
+            marks = self._wait(queues, params.wait, since)[1]
+            self._waiters[(params.worker_id, *queues)] = marks
         if params.limit <= 0 or not params.queues:
             return []
         with self._writing() as conn:
@@ -463,24 +474,37 @@ class SQLiteBackend:
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block until a job may have become due in ``queues``, or ``timeout`` passes."""
-        queues = list(dict.fromkeys(params.queues))
-        deadline = time.monotonic() + max(params.timeout, 0.0)
+        return self._wait(list(dict.fromkeys(params.queues)), params.timeout)[0]
+
+    def _wait(
+        self, queues: list[str], timeout: float, since: _Marks | None = None
+    ) -> tuple[bool, _Marks]:
+        """``jobs_wait``; ``since``: the marks a previous wait returned, to count what changed
+        after it too. Returns whether woken, and the marks to pass next time."""
+        deadline = time.monotonic() + max(timeout, 0.0)
         conn = self._conns.get()
         q = self._q
         version = conn.execute(q["data_version"]).fetchone()[0]
         signal = self._shared
         with signal.cond:
             seen = signal.snapshot(queues)
+        if since is not None:
+            # What changed since then counts, as it would have then. (That wait may have run
+            # on another thread's connection, whose data_version is not this one's: a
+            # difference costs one jobs_due look.)
+            seen, version = since
         while True:
             with signal.cond:
-                if signal.snapshot(queues) != seen:
-                    return True
+                if (now_seen := signal.snapshot(queues)) != seen:
+                    return True, (now_seen, version)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return False
-                signal.cond.wait(min(remaining, self.poll_interval))
-                if signal.snapshot(queues) != seen:
-                    return True
+                    return False, (seen, version)
+                if since is None:
+                    signal.cond.wait(min(remaining, self.poll_interval))
+                if (now_seen := signal.snapshot(queues)) != seen:
+                    return True, (now_seen, version)
+            since = None
             # Another connection committed something. Most commits are other workers' claims
             # and acks: wake only if a claim would find a job (jobs_due), so that idle workers
             # do not all rush for the write lock after every commit.
@@ -491,7 +515,7 @@ class SQLiteBackend:
                     q["jobs_due"], {"queues": json.dumps(queues), "now": self.clock.now()}
                 ).fetchone()[0]
                 if due:
-                    return True
+                    return True, (seen, version)
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Extend each lease still held, with its progress; the lost ones and the cancel
