@@ -124,6 +124,22 @@ def test_an_insert_by_another_process_wakes_a_waiter_within_milliseconds(
     assert isinstance(producer.finish(), int)
 
 
+def test_an_insert_by_another_process_rings_a_waiter_that_would_not_look_for_a_minute(
+    open_backend: Callable[..., SQLiteBackend], url: str, spawn_child: Callable[..., Child]
+) -> None:
+    # given a waiter that would not look at the file for 60 s: only the doorbell (the named
+    # pipe beside the file) can wake it for another process's insert
+    waiter = open_backend()
+    waiter.poll_interval = 60
+    producer = spawn_child(_procs.insert_until_stopped, url, "q", 0.0)
+    wait_until(lambda: waiter.jobs_list(JobsListParams()), what="the first insert")
+    # when it waits, then the next insert wakes it (inserts come every 20 ms)
+    for _ in range(3):
+        woken, took = timed_wait(waiter, ["q"], 30)
+        assert woken and took < 5
+    assert isinstance(producer.finish(), int)
+
+
 def test_commits_that_make_nothing_due_do_not_wake_other_processes(
     open_backend: Callable[..., SQLiteBackend], url: str, spawn_child: Callable[..., Child]
 ) -> None:

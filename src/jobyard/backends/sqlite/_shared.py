@@ -3,8 +3,9 @@ signal, and the lock that queues this process's writers.
 
 Push signal: producers and workers that share a process share one :class:`Shared` per database
 file; a commit that may make a job due bumps a counter and wakes every waiter at once, with no
-polling. Other processes cannot see this object; they notice the commit through
-``PRAGMA data_version`` (see ``SQLiteBackend.jobs_wait``).
+polling. Other processes cannot see this object: the same notify rings their doorbell
+(``_doorbell``), and they confirm through ``PRAGMA data_version`` (see
+``SQLiteBackend.jobs_wait``).
 
 Writer lock: SQLite's own wait for its write lock is a busy handler that sleeps 1, 2, 5, 10...
 ms between attempts, so a thread that finds the lock taken by a sibling thread (the completer
@@ -20,14 +21,17 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 
+from ._doorbell import Bell
+
 ANY = "*"  # a change that may concern every queue (an ack, a reap)
 
 
 class Shared:
     """Per-queue change counters guarded by one condition variable, and the writer lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
         self.cond = threading.Condition(threading.Lock())
+        self.bell = Bell(path)  # the same signal to waiters in other processes
         self.writer = threading.Lock()
         self._seq: dict[str, int] = {}
 
@@ -37,6 +41,7 @@ class Shared:
             for queue in (ANY,) if queues is None else queues:
                 self._seq[queue] = self._seq.get(queue, 0) + 1
             self.cond.notify_all()
+        self.bell.ring()
 
     def snapshot(self, queues: Sequence[str]) -> tuple[int, ...]:
         """The counters a waiter on ``queues`` compares against. Call with ``cond`` held."""
@@ -58,7 +63,7 @@ def shared_for(path: str) -> Shared:
     with _registry_lock:
         shared = _registry.get(key)
         if shared is None:
-            shared = _registry[key] = Shared()
+            shared = _registry[key] = Shared(path)
         return shared
 
 

@@ -8,9 +8,10 @@ Readers use WAL snapshots and never wait. Each thread has its own connection, an
 of one process queue for the write lock on a lock of their own first (``_shared``).
 
 Push signal. An insert commits, then wakes waiters in the same process through a condition
-variable (``_shared``); waiters also poll ``PRAGMA data_version`` every few milliseconds, which
-changes when another connection (another process) commits, and then check cheaply whether one of
-their queues has a due job.
+variable (``_shared``) and those of other processes through a named pipe beside the file
+(``_doorbell``); a woken waiter, and every waiter every few milliseconds in any case, looks at
+``PRAGMA data_version``, which changes when another connection (another process) commits, and
+then checks cheaply whether one of its queues has a due job.
 
 All SQL is in ``queries.sql`` and ``migrations/``; this module only binds parameters and maps
 rows to the records of :mod:`jobyard.backends.base`.
@@ -76,6 +77,7 @@ from ..base import (
 )
 from . import _rows
 from ._connection import Connections, parse_url, read, write
+from ._doorbell import Listener
 from ._shared import Shared, shared_for
 from ._sql import migrations, queries
 
@@ -111,6 +113,7 @@ class SQLiteBackend:
         self._conns = Connections(self.path)
         self._pid = os.getpid()
         self._state = shared_for(self.path)
+        self._doorbell = Listener(self.path)  # opened by the first wait
         # Per worker and queues, where its last waiting claim's wait left off (see jobs_claim).
         self._waiters: dict[tuple[str, ...], _Marks] = {}
         self.schema_migrate()
@@ -486,6 +489,7 @@ class SQLiteBackend:
         q = self._q
         version = conn.execute(q["data_version"]).fetchone()[0]
         signal = self._shared
+        bell = self._doorbell.open()  # rung by commits of every process, this one's too
         with signal.cond:
             seen = signal.snapshot(queues)
         if since is not None:
@@ -500,8 +504,11 @@ class SQLiteBackend:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False, (seen, version)
-                if since is None:
+                if since is None and not bell:
                     signal.cond.wait(min(remaining, self.poll_interval))
+            if since is None and bell:
+                self._doorbell.wait(min(remaining, self.poll_interval))
+            with signal.cond:
                 if (now_seen := signal.snapshot(queues)) != seen:
                     return True, (now_seen, version)
             since = None
@@ -727,6 +734,7 @@ class SQLiteBackend:
 
     def close(self) -> None:
         """Close every connection of this backend; safe to call twice."""
+        self._doorbell.close()
         self._conns.close()
 
 
