@@ -23,8 +23,10 @@ import os
 import select
 import stat
 import threading
+import time
 
 _CHUNK = 4096
+RETRY_OPEN = 0.005  # seconds: as long as a waiter goes without looking at the file by itself
 
 
 def bell_path(database: str) -> str:
@@ -39,15 +41,23 @@ class Bell:
         self.path = bell_path(database)
         self._fd = -1
         self._lock = threading.Lock()
+        self._next_open = 0.0  # monotonic: after a failed open, when to try again
 
     def ring(self) -> None:
         """Wake the waiting processes, if any (never blocks, never raises)."""
         with self._lock:
             if self._fd < 0:
+                now = time.monotonic()
+                if now < self._next_open:
+                    return
                 try:
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
                 except OSError:
-                    return  # no FIFO yet, or nobody reads it (ENXIO): nobody to wake
+                    # No FIFO yet, or nobody reads it (ENXIO): nobody to wake. Not tried again
+                    # for a poll's time (a failed open per insert cost enqueues 5%); a waiter
+                    # that starts meanwhile looks at the file by itself that soon.
+                    self._next_open = now + RETRY_OPEN
+                    return
             try:
                 os.write(self._fd, b"\0")
             except BlockingIOError:
