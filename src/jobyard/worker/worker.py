@@ -1,13 +1,16 @@
 """The worker's lifecycle: start, stop, signals, and watching its own side tasks.
 
 Threads of one worker process:
-- the producer claims jobs (``producer.py``) and queues them for the handler threads;
+- the producer claims jobs (``producer.py``) and queues them for the handler threads; while
+  every handler thread is idle, one of them makes its waiting claim and runs the first job it
+  brings (``producer.IdleClaim``: no hand-off on the idle path);
 - ``concurrency`` handler threads run sync handlers; one event loop thread runs async ones;
 - the completer acknowledges outcomes in batches (``completer.py``);
 - the heartbeat renews leases, enforces timeouts and hands back buffered jobs that waited too
   long (``heartbeat.py``); maintenance reaps lapsed leases (``maintenance.py``).
 ``--processes`` runs several of these under a supervisor (``supervisor.py``).
-Only the handler threads run user code; every store call is made by the others.
+Only the handler threads run user code; every store call is made by the others, but for that
+idle claim (made before the handler runs, never during it).
 """
 
 from __future__ import annotations
