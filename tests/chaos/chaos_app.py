@@ -36,8 +36,12 @@ def mark(kind: str, tag: str, text: str = "") -> Path:
         attempt = jobyard.current_job().attempt
     except LookupError:
         attempt = 0
-    path = SINK / f"{kind}.{safe(tag)}.{os.getpid()}.{attempt}.{uuid.uuid4().hex[:8]}"
-    path.write_text(text or f"{time.time():.6f}")
+    name = f"{kind}.{safe(tag)}.{os.getpid()}.{attempt}.{uuid.uuid4().hex[:8]}"
+    path = SINK / name
+    # Written aside, then renamed: a test that sees the mark must never read it empty.
+    aside = SINK / f".{name}"
+    aside.write_text(text or f"{time.time():.6f}")
+    os.replace(aside, path)
     return path
 
 
