@@ -267,25 +267,22 @@ def _render(node: StepNode, first: str, rest: str, lines: list[str]) -> None:
 def build_workflow(workflow_id: str, jobs: Sequence[Job], places: dict[str, str]) -> Workflow:
     """The tree of a workflow's ``jobs`` from each job's place (``places``: id -> "c0/g1")."""
     places = _placed(jobs, places)
-    root: dict[Any, Any] = {}
-    kinds: dict[tuple[str, ...], str] = {}
+    root: dict[Any, Any] = {}  # place segment ("c0", "g1") -> subtree; None -> the job there
     for job in jobs:
-        parts = tuple(places[job.id].split("/"))
         node = root
-        for depth, part in enumerate(parts):
-            kinds[parts[:depth]] = "chain" if part[:1] == "c" else "group"
-            node = node.setdefault(_index(part), {})
+        for part in places[job.id].split("/"):
+            node = node.setdefault(part, {})
         node[None] = job
     ordered = sorted(jobs, key=lambda j: [_index(p) for p in places[j.id].split("/")])
 
-    def tree(node: dict[Any, Any], path: tuple[str, ...]) -> StepNode:
+    def tree(node: dict[Any, Any]) -> StepNode:
         if None in node:
             return StepNode("job", job=node[None])
-        keys = sorted(k for k in node if k is not None)
-        children = tuple(tree(node[k], (*path, _part(kinds, path, k))) for k in keys)
-        return StepNode(kinds.get(path, "chain"), children=children)
+        parts = sorted(node, key=_index)
+        kind = "chain" if parts[0][:1] == "c" else "group"  # a segment names its container
+        return StepNode(kind, children=tuple(tree(node[p]) for p in parts))
 
-    return Workflow(workflow_id, tuple(ordered), tree(root, ()))
+    return Workflow(workflow_id, tuple(ordered), tree(root))
 
 
 def _placed(jobs: Sequence[Job], places: dict[str, str]) -> dict[str, str]:
@@ -310,10 +307,6 @@ def _placed(jobs: Sequence[Job], places: dict[str, str]) -> dict[str, str]:
 
 def _index(part: str) -> int:
     return int(part[1:]) if part[1:].isdigit() else 0
-
-
-def _part(kinds: dict[tuple[str, ...], str], path: tuple[str, ...], k: int) -> str:
-    return f"{'c' if kinds.get(path, 'chain') == 'chain' else 'g'}{k}"
 
 
 def place_of(payload: str) -> str | None:
