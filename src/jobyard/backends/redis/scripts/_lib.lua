@@ -97,6 +97,36 @@ local function unpad(m)
   return (string.gsub(m, '^0+', ''))
 end
 
+-- Writes gathered over a batch of jobs and sent as one call per command, key and chunk (a
+-- batch of hundreds of jobs pays a few calls for its index entries, not a few per job). Sent in
+-- the order each command and key was first added: never batch a ZADD and a ZREM of one key.
+local function new_batch()
+  return {by = {}, order = {}}
+end
+
+local function batch_add(b, cmd, key, a, c)
+  local id = cmd .. ' ' .. key
+  local t = b.by[id]
+  if not t then
+    t = {cmd = cmd, key = key}
+    b.by[id] = t
+    b.order[#b.order + 1] = t
+  end
+  t[#t + 1] = a
+  if c ~= nil then
+    t[#t + 1] = c
+  end
+end
+
+local function batch_send(b)
+  for _, t in ipairs(b.order) do
+    for i = 1, #t, 2000 do -- unpack() is bounded by the Lua C stack (8000 slots); 2000 is even
+      redis.call(t.cmd, t.key, unpack(t, i, math.min(i + 1999, #t)))
+    end
+  end
+  b.by, b.order = {}, {}
+end
+
 -- A pending job is findable by the claim (its priority level, by run_at) and by listing.
 local function to_ready(k, n, prio, run_at)
   redis.call('ZADD', k.base .. 'ready:' .. prio, run_at, pad(n))
@@ -174,8 +204,9 @@ local function wake(key, count)
   for i = 1, math.min(count, 16) do
     tokens[i] = '1'
   end
-  redis.call('LPUSH', key, unpack(tokens))
-  redis.call('LTRIM', key, 0, 15)
+  if redis.call('LPUSH', key, unpack(tokens)) > 16 then
+    redis.call('LTRIM', key, 0, 15)
+  end
 end
 
 -- Workflows ------------------------------------------------------------------------------------
@@ -294,12 +325,18 @@ end
 local FIELDS = {'status', 'name', 'payload', 'priority', 'attempts', 'max_attempts', 'lease',
   'timeout', 'run_at', 'delivery'}
 
-local function fault(jk)
-  local v = redis.call('HMGET', jk, unpack(FIELDS))
+-- Read the fields `names` of hash jk into a table keyed by name (a missing field: absent).
+local function read_fields(jk, names)
+  local v = redis.call('HMGET', jk, unpack(names))
   local h = {}
-  for i, f in ipairs(FIELDS) do
+  for i, f in ipairs(names) do
     h[f] = v[i]
   end
+  return h
+end
+
+-- The reason record h (a table of at least the FIELDS) is corrupt, or nil.
+local function fault_of(h)
   if not h.status then
     return 'field status missing'
   end
@@ -320,6 +357,10 @@ local function fault(jk)
     or check_number(h, 'lease', true, false, 1e-9, nil)
     or check_number(h, 'timeout', false, false, 1e-9, nil)
     or check_number(h, 'run_at', true, false, nil, nil)
+end
+
+local function fault(jk)
+  return fault_of(read_fields(jk, FIELDS))
 end
 
 -- Fail a corrupt job where it stands (pending or running), with the reason as its error.

@@ -57,6 +57,7 @@ end
 
 local refused = {}
 local groups = {}
+local done = new_batch() -- claims left and completions' index entries, one call per set
 local kept = {} -- group -> seconds its completed jobs are kept (the queue's own, or ARGV[2])
 for i, o in ipairs(outcomes) do
   local g, n, token, kind = o[1], o[2], o[3], o[4]
@@ -68,12 +69,14 @@ for i, o in ipairs(outcomes) do
   end
   local jk = job_key(k, n)
   local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at',
-    'dependents')
+    'dependents', 'idempotency_key')
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
-    local bad = fault(jk)
-    redis.call('ZREM', k.claims, n)
+    -- a completion stands whatever else the record holds; any other outcome must requeue
+    -- or finish it, so only those look for a fault
+    local bad = kind ~= 'completed' and fault(jk)
+    batch_add(done, 'ZREM', k.claims, n)
     local result, err = nz(o[5]), nz(o[6])
     if bad and kind ~= 'completed' then -- a retry or release could not requeue it
       fail_corrupt(k, jk, n, now, bad, failed_ttl)
@@ -94,7 +97,15 @@ for i, o in ipairs(outcomes) do
       end
       redis.call('HDEL', jk, unpack(gone))
       redis.call('HSET', jk, unpack(set))
-      to_finished(k, jk, n, 'completed', now, kept[g])
+      -- what to_finished does, its index entries batched
+      batch_add(done, 'ZADD', k.completed, n, n)
+      batch_add(done, 'ZADD', k.done_completed, now, n)
+      if cur[7] and redis.call('HGET', k.idem, cur[7]) == n then
+        redis.call('HDEL', k.idem, cur[7])
+      end
+      if kept[g] > 0 then
+        redis.call('EXPIRE', jk, kept[g])
+      end
       if cur[6] then
         release(k, g, n, cur[6])
       end
@@ -132,6 +143,7 @@ for i, o in ipairs(outcomes) do
     end
   end
 end
+batch_send(done)
 for key, count in pairs(woke) do
   if single then
     wake(key, count)

@@ -68,46 +68,74 @@ table.sort(candidates, function(a, b)
 end)
 
 local out = {}
-for i = 1, math.min(limit, #candidates) do
-  local c = candidates[i]
-  local n = unpad(c.member)
-  if peek then
+local chosen = math.min(limit, #candidates)
+if peek then
+  for i = 1, chosen do
+    local c = candidates[i]
     out[#out + 1] = tostring(c.g)
     out[#out + 1] = c.p
     out[#out + 1] = fmt(c.run_at)
-    out[#out + 1] = n
-  else
-    local k = groups[c.g]
-    local jk = job_key(k, n)
-    from_ready(k, n, c.p)
-    local bad = fault(jk)
-    local f = redis.call('HMGET', jk, 'status', 'name', 'payload', 'attempts', 'max_attempts',
-      'backoff', 'timeout', 'lease', 'delivery', 'parent_id')
-    if f[1] == 'pending' and bad then
-      fail_corrupt(k, jk, n, now, bad, failed_ttl)
-    elseif f[1] == 'pending' then -- anything else is a stale index entry: dropped above
-      local attempts = (tonumber(f[4]) or 0) + 1
-      local lease = tonumber(f[8])
-      local token = prefix .. '.' .. n
-      local expires = now + lease
-      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
-        'worker_id', worker, 'token', token, 'lease_expires_at', expires)
-      redis.call('ZADD', k.claims, expires, n)
-      out[#out + 1] = tostring(c.g)
-      out[#out + 1] = n
-      out[#out + 1] = f[2]
-      out[#out + 1] = f[3]
-      out[#out + 1] = int(attempts)
-      out[#out + 1] = int(tonumber(f[5]))
-      out[#out + 1] = f[6] or ''
-      out[#out + 1] = f[7] and fmt(tonumber(f[7])) or ''
-      out[#out + 1] = fmt(lease)
-      out[#out + 1] = token
-      out[#out + 1] = f[9] or 'at_least_once'
-      out[#out + 1] = f[10] or ''
-    elseif not KNOWN_STATES[f[1] or ''] and redis.call('EXISTS', jk) == 1 then
-      fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
-    end
+    out[#out + 1] = unpad(c.member)
+  end
+  return out
+end
+
+-- Every chosen entry leaves its ready level and pending at once (what from_ready does, one call
+-- per set), a stale one (its job no longer pending) too; a level left empty leaves prios.
+local drop, levels = new_batch(), {}
+for i = 1, chosen do
+  local c = candidates[i]
+  local k = groups[c.g]
+  local level = k.base .. 'ready:' .. c.p
+  c.n = unpad(c.member)
+  batch_add(drop, 'ZREM', level, c.member)
+  batch_add(drop, 'ZREM', k.pending, c.n)
+  levels[level] = {k.prios, c.p}
+end
+batch_send(drop)
+for level, at in pairs(levels) do
+  if redis.call('EXISTS', level) == 0 then
+    redis.call('ZREM', at[1], at[2])
   end
 end
+
+-- One read per job serves both the check for a corrupt record (fault_of) and the reply.
+local READ = {'backoff', 'parent_id'}
+for i, f in ipairs(FIELDS) do
+  READ[2 + i] = f
+end
+local claims = new_batch()
+for i = 1, chosen do
+  local c = candidates[i]
+  local k, n = groups[c.g], c.n
+  local jk = job_key(k, n)
+  local f = read_fields(jk, READ)
+  local bad = fault_of(f)
+  if f.status == 'pending' and bad then
+    fail_corrupt(k, jk, n, now, bad, failed_ttl)
+  elseif f.status == 'pending' then -- anything else is a stale index entry: dropped above
+    local attempts = (tonumber(f.attempts) or 0) + 1
+    local lease = tonumber(f.lease)
+    local token = prefix .. '.' .. n
+    local expires = now + lease
+    redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+      'worker_id', worker, 'token', token, 'lease_expires_at', expires)
+    batch_add(claims, 'ZADD', k.claims, expires, n)
+    out[#out + 1] = tostring(c.g)
+    out[#out + 1] = n
+    out[#out + 1] = f.name
+    out[#out + 1] = f.payload
+    out[#out + 1] = int(attempts)
+    out[#out + 1] = int(tonumber(f.max_attempts))
+    out[#out + 1] = f.backoff or ''
+    out[#out + 1] = f.timeout and fmt(tonumber(f.timeout)) or ''
+    out[#out + 1] = fmt(lease)
+    out[#out + 1] = token
+    out[#out + 1] = f.delivery or 'at_least_once'
+    out[#out + 1] = f.parent_id or ''
+  elseif not KNOWN_STATES[f.status or ''] and redis.call('EXISTS', jk) == 1 then
+    fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
+  end
+end
+batch_send(claims)
 return out
