@@ -549,6 +549,51 @@ def test_worker_with_processes_runs_jobs_and_stops_on_sigterm(cli: Cli, app: job
     assert app.workers() == []
 
 
+PINNABLE = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux only"
+)
+
+
+def thread_cpus(pid: int) -> set[str]:
+    """The CPU list each thread of process ``pid`` may run on (e.g. {"1"}: all on CPU 1)."""
+    lists = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            line = next(x for x in f if x.startswith("Cpus_allowed_list:"))
+        lists.add(line.split(":", 1)[1].strip())
+    return lists
+
+
+@PINNABLE
+def test_pinned_worker_runs_every_thread_on_one_cpu(cli: Cli, app: jobyard.App) -> None:
+    job_id = cli.enqueue("greet", "--args", json.dumps(["pinned"]))
+
+    cli.spawn("worker", APP, "-c", "3", "--pin")
+
+    wait_until(lambda: app.get(job_id).status == "completed", what="the job to complete")
+    (info,) = wait_until(lambda: app.workers(), what="the worker")
+    allowed = {str(c) for c in os.sched_getaffinity(0)}
+    cpus = thread_cpus(info.pid)
+    assert len(cpus) == 1 and cpus <= allowed, cpus  # handlers, producer, completer: one CPU
+
+
+@PINNABLE
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_pinned_worker_processes_spread_over_cpus(cli: Cli, app: jobyard.App) -> None:
+    cli.spawn("worker", APP, "--processes", "2", "-c", "2", "--pin")
+
+    workers = wait_until(lambda: len(app.workers()) == 2 and app.workers(), what="two workers")
+    pinned = [thread_cpus(w.pid) for w in workers]
+    assert all(len(c) == 1 for c in pinned), pinned
+    assert pinned[0] != pinned[1]  # one CPU each, not both on the first
+
+
+@PINNABLE
+def test_worker_refuses_a_cpu_it_may_not_use(app: jobyard.App) -> None:
+    with pytest.raises(jobyard.ConfigurationError, match="CPU 100000 is not one"):
+        app.worker(cpu=100000)
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 BAD_INPUT = [

@@ -12,13 +12,18 @@ import time
 from types import FrameType
 from typing import Any
 
+from ._cpu import pick_cpu
+
 log = logging.getLogger("jobyard.worker")
 EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
 
 
-def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **options: Any) -> int:
+def run_processes(
+    app_ref: str, processes: int, log_level: str = "INFO", pin: bool = False, **options: Any
+) -> int:
     """Run ``processes`` worker processes of ``app_ref`` and supervise them: a child that dies is
-    replaced, SIGINT/SIGTERM are passed on (a second one too). Returns the exit status."""
+    replaced, SIGINT/SIGTERM are passed on (a second one too). With ``pin``, child i runs on the
+    i-th allowed CPU, round robin (its replacement too). Returns the exit status."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -26,8 +31,9 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
     respawns: list[float] = []
     stopping = threading.Event()
 
-    def spawn() -> Any:
-        p = ctx.Process(target=_child_main, args=(app_ref, log_level, options), daemon=False)
+    def spawn(i: int) -> Any:
+        own = {**options, "cpu": pick_cpu(i)} if pin else options
+        p = ctx.Process(target=_child_main, args=(app_ref, log_level, own), daemon=False)
         p.start()
         if stopping.is_set() and p.pid is not None:  # a signal came while it was starting
             os.kill(p.pid, signal.SIGTERM)
@@ -41,7 +47,7 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
 
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
-    children.extend(spawn() for _ in range(processes))
+    children.extend(spawn(i) for i in range(processes))
     while True:
         for i, p in enumerate(children):
             if not p.is_alive() and p.exitcode == EXIT_BAD_INPUT and not stopping.is_set():
@@ -60,7 +66,7 @@ def run_processes(app_ref: str, processes: int, log_level: str = "INFO", **optio
                 if len(recent) >= 2 * processes:
                     stopping.wait(2.0)
                 respawns.append(time.monotonic())
-                children[i] = spawn()
+                children[i] = spawn(i)
         if stopping.is_set() and not any(p.is_alive() for p in children):
             return 0
         time.sleep(0.2)

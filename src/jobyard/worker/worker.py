@@ -43,6 +43,7 @@ from ..backends.base import (
 from ..hooks import Hooks
 from ..job import JobFunction, check_name
 from . import executor, heartbeat, recurring
+from ._cpu import check_cpu, pin_process
 from ._held import Running
 from ._slots import HOLD, Pace
 from .completer import Completer
@@ -62,7 +63,8 @@ class Worker:
     a few jobs ready (about three claim round trips' worth) and hands back any that wait longer
     than ``hold`` seconds; with long handlers it claims only for free slots (see ``_slots.py``).
     A number fixes the buffer (0 turns it off). ``poll_interval``: the longest sleep between
-    claims when no push signal arrives.
+    claims when no push signal arrives. ``cpu``: pin this process to that CPU at start (see
+    ``_cpu.py``: for handlers that wait on I/O; None leaves it to the OS).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Worker:
         reap_interval: float = 1.0,
         retention: float | None = None,
         worker_id: str | None = None,
+        cpu: int | None = None,
     ) -> None:
         handlers = list(registry.values())
         all_async = bool(handlers) and all(jf.is_async for jf in handlers)
@@ -96,6 +99,7 @@ class Worker:
         names = list(queues) if queues else sorted({jf.opts.queue for jf in handlers})
         self.queues = tuple(check_name("queue", q) for q in (names or ["default"]))
         self.concurrency = concurrency
+        self.cpu = None if cpu is None else check_cpu(cpu)
         self.pace = Pace(concurrency, None if prefetch is None else max(prefetch, 0), hold)
         # Outcomes waiting for their acknowledgement beyond this stop the claims: a store that
         # cannot keep up with the acks is not handed more work.
@@ -155,6 +159,9 @@ class Worker:
         if self._started:
             return
         self._started = True
+        if self.cpu is not None:  # before its threads start: they inherit it
+            pin_process(self.cpu)
+            log.info("worker %s pinned to CPU %d", self.id, self.cpu)
         for n in range(self._threads_wanted):
             t = threading.Thread(
                 target=self._handler_thread, name=f"jobyard-handler-{n}", daemon=True
