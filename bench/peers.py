@@ -30,7 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,8 +218,11 @@ def work_args(args: argparse.Namespace) -> list[str]:
     return [*out, "--async"] if args.use_async else out
 
 
-def run_jobyard(backend: str, args: argparse.Namespace, row: Row, prefetch: int = 0) -> None:
-    log(f"jobyard on {backend}" + (f", --prefetch {prefetch}" if prefetch else ""))
+def run_jobyard(
+    backend: str, args: argparse.Namespace, row: Row, extra: Sequence[str] = ()
+) -> None:
+    """jobyard's throughput.py; ``extra``: its worker options beyond the defaults."""
+    log(f"jobyard on {backend}" + (f", {' '.join(extra)}" if extra else ""))
     argv = [
         sys.executable,
         str(BENCH_DIR / "throughput.py"),
@@ -233,9 +236,7 @@ def run_jobyard(backend: str, args: argparse.Namespace, row: Row, prefetch: int 
         str(args.latency_samples),
         *work_args(args),
     ]
-    if prefetch:
-        argv += ["--prefetch", str(prefetch)]
-    run_child(argv, args.peer_timeout, row)
+    run_child([*argv, *extra], args.peer_timeout, row)
 
 
 def _fmt(value: float | None, figure: str) -> str:
@@ -353,6 +354,11 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         default=0,
         help="also a jobyard row whose worker runs with --prefetch N (claims ahead of free slots)",
     )
+    p.add_argument(
+        "--jobyard-pin",
+        action="store_true",
+        help="also a jobyard row whose worker runs with --pin (its process on one CPU)",
+    )
     args = p.parse_args(argv)
     if args.work_ms < 0 or args.concurrency < 1:
         p.error("--work-ms must be >= 0 and --concurrency >= 1")
@@ -360,21 +366,25 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
     peers = selected_peers(args)
-    # (backend, prefetch) of each jobyard row: the defaults, then --prefetch, then the Cluster
-    variants: list[tuple[str, int]] = []
+    # (backend, worker options, label) of each jobyard row: the defaults, then --prefetch,
+    # then --pin, then the Cluster
+    variants: list[tuple[str, list[str], str]] = []
     if with_jobyard:
-        variants.append((args.store, 0))
+        variants.append((args.store, [], ""))
         if args.jobyard_prefetch:
-            variants.append((args.store, args.jobyard_prefetch))
+            pre = str(args.jobyard_prefetch)
+            variants.append((args.store, ["--prefetch", pre], f", prefetch {pre}"))
+        if args.jobyard_pin:
+            variants.append((args.store, ["--pin"], ", pinned"))
         if args.store == "redis" and not args.no_cluster:
-            variants.append(("redis_cluster", 0))
-    jobyard = [Row(f"jobyard ({b}" + (f", prefetch {p})" if p else ")")) for b, p in variants]
+            variants.append(("redis_cluster", [], ""))
+    jobyard = [Row(f"jobyard ({b}{label})") for b, _, label in variants]
     rows = [Row(p.label.format(c=args.concurrency)) for p in peers]
     for n in range(args.rounds):
         if args.rounds > 1:
             log(f"round {n + 1} of {args.rounds}")
-        for (backend, prefetch), row in zip(variants, jobyard, strict=True):
-            run_jobyard(backend, args, row, prefetch)
+        for (backend, extra, _), row in zip(variants, jobyard, strict=True):
+            run_jobyard(backend, args, row, extra)
         for peer, row in zip(peers, rows, strict=True):
             run_peer(peer, args.store, args, row)
     targets = targets_for(args, rows) if with_jobyard else []

@@ -137,6 +137,8 @@ def start_worker(args: argparse.Namespace, url: str, log_path: Path) -> Any:
         argv += ["--processes", str(args.processes)]
     if args.prefetch is not None:
         argv += ["--prefetch", str(args.prefetch)]
+    if args.pin:
+        argv += ["--pin"]
     if args.worker_wrapper:
         argv = [*shlex.split(args.worker_wrapper), *argv]
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
@@ -301,6 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         "--processes", type=int, default=1, help="the worker command's --processes (default 1)"
     )
     parser.add_argument("--prefetch", type=int, default=None)
+    parser.add_argument("--pin", action="store_true", help="the worker runs with --pin")
     parser.add_argument(
         "--work-ms",
         type=float,
@@ -344,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
     header = f"# jobyard {args.backend}: jobs={args.jobs} concurrency={args.concurrency}"
     if args.processes > 1:
         header += f" processes={args.processes}"
+    if args.pin:
+        header += " pinned"
     if args.work_ms > 0 or args.use_async:
         header += f" work_ms={args.work_ms:g} handler={'async' if args.use_async else 'sync'}"
     print(header, flush=True)
