@@ -580,12 +580,37 @@ def test_pinned_worker_runs_every_thread_on_one_cpu(cli: Cli, app: jobyard.App) 
 @PINNABLE
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_pinned_worker_processes_spread_over_cpus(cli: Cli, app: jobyard.App) -> None:
-    cli.spawn("worker", APP, "--processes", "2", "-c", "2", "--pin")
+    supervisor = cli.spawn("worker", APP, "--processes", "2", "-c", "2", "--pin")
 
     workers = wait_until(lambda: len(app.workers()) == 2 and app.workers(), what="two workers")
     pinned = [thread_cpus(w.pid) for w in workers]
     assert all(len(c) == 1 for c in pinned), pinned
     assert pinned[0] != pinned[1]  # one CPU each, not both on the first
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(20) == 0
+
+
+def test_worker_processes_stop_when_their_supervisor_is_killed(cli: Cli, app: jobyard.App) -> None:
+    # given: a supervisor and its two worker processes, each in a process group of its own
+    supervisor = cli.spawn("worker", APP, "--processes", "2", "-c", "2", "--grace", "5")
+    workers = wait_until(lambda: len(app.workers()) == 2 and app.workers(), what="two workers")
+
+    # when: the supervisor dies without passing any signal on
+    supervisor.kill()
+    supervisor.wait(10)
+
+    # then: the children notice, stop as on SIGTERM and unregister (no orphan runs on)
+    wait_until(lambda: app.workers() == [], timeout=20, what="the orphaned workers to stop")
+    for w in workers:
+        wait_until(lambda pid=w.pid: not _alive(pid), timeout=10, what=f"process {w.pid} to exit")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:  # a zombie (exited, not reaped yet) is gone too
+            return not any(line.startswith("State:") and "Z" in line for line in f)
+    except FileNotFoundError:
+        return False
 
 
 @PINNABLE

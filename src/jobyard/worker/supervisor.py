@@ -16,6 +16,7 @@ from ._cpu import pick_cpu
 
 log = logging.getLogger("jobyard.worker")
 EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
+ORPHAN_CHECK = 0.5  # seconds between a child's looks at whether its supervisor still lives
 
 
 def run_processes(
@@ -81,6 +82,7 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
     # Our own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes it
     # on once; in the group it would reach each child twice, and a second signal means "now".
     os.setpgrp()
+    _stop_when_orphaned(os.getppid())
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         app = load_app(app_ref)
@@ -105,3 +107,19 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
     app.run_worker(**options)
+
+
+def _stop_when_orphaned(supervisor: int) -> None:
+    """Stop this child gracefully (as SIGTERM does) once its supervisor is gone, killed with no
+    chance to pass a signal on: a child in its own process group would otherwise run on,
+    unsupervised, until someone finds it."""
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(ORPHAN_CHECK)
+        log.warning(
+            "worker process %s: its supervisor %s is gone; stopping", os.getpid(), supervisor
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="jobyard-orphan-watch", daemon=True).start()
