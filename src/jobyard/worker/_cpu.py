@@ -4,8 +4,8 @@ Every thread of a worker shares one interpreter lock. Spread over several cores,
 the lock between threads on different cores (a handler back from its I/O, a claim's reply, an
 acknowledgement) pays for a wake-up across cores and for caches it finds cold; on one core the
 same hand-off is a plain context switch. With handlers that wait 1 ms, a worker of 8 slots on
-Redis kept 67-73% of its slots busy spread out and 78-84% pinned, in the same run, on the
-2-core machine of ``bench/README.md``.
+Redis kept 66-76% of its slots busy spread out and 68-84% pinned (more in 10 of 11 pairs of
+runs, 7 points at the median), on the 2-core machine of ``bench/README.md``.
 
 Pinning costs parallelism only to handlers that compute in C while releasing the lock (resizing
 images with Pillow, numpy): run those unpinned, and use processes for more cores.
