@@ -34,7 +34,9 @@ def run_processes(
 
     def spawn(i: int) -> Any:
         own = {**options, "cpu": pick_cpu(i)} if pin else options
-        p = ctx.Process(target=_child_main, args=(app_ref, log_level, own), daemon=False)
+        p = ctx.Process(
+            target=_child_main, args=(app_ref, log_level, own, os.getpid()), daemon=False
+        )
         p.start()
         if stopping.is_set() and p.pid is not None:  # a signal came while it was starting
             os.kill(p.pid, signal.SIGTERM)
@@ -73,7 +75,7 @@ def run_processes(
         time.sleep(0.2)
 
 
-def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
+def _child_main(app_ref: str, log_level: str, options: dict[str, Any], supervisor: int) -> None:
     from .._secrets import scrub
     from ..app import load_app
     from ..backends import mask_url
@@ -82,7 +84,7 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any]) -> None:
     # Our own process group: a terminal's Ctrl-C reaches the supervisor alone, which passes it
     # on once; in the group it would reach each child twice, and a second signal means "now".
     os.setpgrp()
-    _stop_when_orphaned(os.getppid())
+    _stop_when_orphaned(supervisor)  # its pid from the supervisor: it may be gone already
     logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         app = load_app(app_ref)
