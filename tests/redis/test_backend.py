@@ -36,7 +36,7 @@ from jobyard.backends.base import (
     StatsParams,
 )
 from jobyard.backends.redis.backend import RedisBackend
-from jobyard.backends.redis.keys import parse_job_id
+from jobyard.backends.redis.keys import QUEUE_KEY_SUFFIXES, parse_job_id
 from jobyard.clock import FrozenClock, SystemClock
 from tests.conftest import wait_until
 from tests.redis import support
@@ -418,3 +418,21 @@ def test_a_queue_retention_overrides_the_store_default(kind: str, clock: FrozenC
         assert [q.retention for q in backend.queues_list()] == [60.0]
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("outcome", ["completed", "failed", "cancelled"])
+def test_a_finished_job_gives_its_idempotency_key_back(
+    backend: RedisBackend, raw: Any, outcome: str
+) -> None:
+    # given: a running job holding a key
+    (job_id,) = insert(backend, new(idempotency_key="k1"))
+    (job,) = claim(backend)
+    idem = backend.keys.queue("q")[QUEUE_KEY_SUFFIXES.index("idem")]
+    assert raw.hget(idem, "k1") == parse_job_id(job_id)[1]  # type: ignore[index]
+
+    # when: its outcome is acknowledged
+    assert backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, outcome)])) == []
+
+    # then: the key's entry is gone (a finished job holds no key, and the hash does not grow
+    # by one entry per keyed job ever run)
+    assert raw.hget(idem, "k1") is None

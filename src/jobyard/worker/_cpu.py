@@ -20,9 +20,10 @@ from ..errors import ConfigurationError
 
 
 def allowed_cpus() -> list[int]:
-    """The CPUs this process may run on (Linux only: empty where affinity is not supported)."""
+    """The CPUs this process may run on; a ConfigurationError where affinity is not supported
+    (pinning needs Linux)."""
     if not hasattr(os, "sched_getaffinity"):
-        return []
+        raise ConfigurationError("pinning a worker to a CPU needs Linux (sched_setaffinity)")
     return sorted(os.sched_getaffinity(0))
 
 
@@ -31,16 +32,12 @@ def pick_cpu(index: int | None = None) -> int:
     processes of one ``--processes`` command spread over the CPUs), or, without an index, one
     chosen by the process id (separately started workers tend not to share one)."""
     cpus = allowed_cpus()
-    if not cpus:
-        raise ConfigurationError("pinning a worker to a CPU needs Linux (sched_setaffinity)")
     return cpus[(os.getpid() if index is None else index) % len(cpus)]
 
 
 def check_cpu(cpu: int) -> int:
     """``cpu`` if this process may run on it, else a ConfigurationError saying which it may."""
     cpus = allowed_cpus()
-    if not cpus:
-        raise ConfigurationError("pinning a worker to a CPU needs Linux (sched_setaffinity)")
     if cpu not in cpus:
         raise ConfigurationError(
             f"CPU {cpu} is not one this process may run on: {', '.join(map(str, cpus))}"

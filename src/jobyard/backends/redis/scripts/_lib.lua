@@ -147,9 +147,12 @@ local function from_ready(k, n, prio)
   redis.call('ZREM', k.pending, n)
 end
 
--- An idempotency key is held only while its job is pending or running (seed 001).
-local function release_idem(k, jk, n)
-  local key = redis.call('HGET', jk, 'idempotency_key')
+-- An idempotency key is held only while its job is pending or running (seed 001). `key`: the
+-- job's key when the caller read it already (false: it has none), else nil.
+local function release_idem(k, jk, n, key)
+  if key == nil then
+    key = redis.call('HGET', jk, 'idempotency_key')
+  end
   if key and redis.call('HGET', k.idem, key) == n then
     redis.call('HDEL', k.idem, key)
   end
@@ -161,10 +164,16 @@ local function retention_of(k, default)
 end
 
 -- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept).
-local function to_finished(k, jk, n, status, now, ttl)
-  redis.call('ZADD', k[status], n, n)
-  redis.call('ZADD', k['done_' .. status], now, n)
-  release_idem(k, jk, n)
+-- With `batch` the index entries join it (the caller sends it); `key` as for release_idem.
+local function to_finished(k, jk, n, status, now, ttl, batch, key)
+  if batch then
+    batch_add(batch, 'ZADD', k[status], n, n)
+    batch_add(batch, 'ZADD', k['done_' .. status], now, n)
+  else
+    redis.call('ZADD', k[status], n, n)
+    redis.call('ZADD', k['done_' .. status], now, n)
+  end
+  release_idem(k, jk, n, key)
   if ttl > 0 then
     redis.call('EXPIRE', jk, ttl)
   end

@@ -57,7 +57,7 @@ end
 
 local refused = {}
 local groups = {}
-local done = new_batch() -- claims left and completions' index entries, one call per set
+local done = new_batch() -- claims left and finished index entries, one call per set
 local kept = {} -- group -> seconds its completed jobs are kept (the queue's own, or ARGV[2])
 for i, o in ipairs(outcomes) do
   local g, n, token, kind = o[1], o[2], o[3], o[4]
@@ -97,15 +97,7 @@ for i, o in ipairs(outcomes) do
       end
       redis.call('HDEL', jk, unpack(gone))
       redis.call('HSET', jk, unpack(set))
-      -- what to_finished does, its index entries batched
-      batch_add(done, 'ZADD', k.completed, n, n)
-      batch_add(done, 'ZADD', k.done_completed, now, n)
-      if cur[7] and redis.call('HGET', k.idem, cur[7]) == n then
-        redis.call('HDEL', k.idem, cur[7])
-      end
-      if kept[g] > 0 then
-        redis.call('EXPIRE', jk, kept[g])
-      end
+      to_finished(k, jk, n, 'completed', now, kept[g], done, cur[7])
       if cur[6] then
         release(k, g, n, cur[6])
       end
@@ -117,14 +109,14 @@ for i, o in ipairs(outcomes) do
       else
         redis.call('HDEL', jk, 'error')
       end
-      to_finished(k, jk, n, 'failed', now, failed_ttl)
+      to_finished(k, jk, n, 'failed', now, failed_ttl, done, cur[7])
     elseif kind == 'cancelled' then -- the handler stopped on a cancellation request
       redis.call('HDEL', jk, 'token', 'lease_expires_at')
       redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now)
       if err then
         redis.call('HSET', jk, 'error', err)
       end
-      to_finished(k, jk, n, 'cancelled', now, failed_ttl)
+      to_finished(k, jk, n, 'cancelled', now, failed_ttl, done, cur[7])
     elseif kind == 'retry' then
       redis.call('HDEL', jk, 'token', 'lease_expires_at')
       local run_at = now + o[7]
