@@ -39,6 +39,22 @@ def test_a_handed_back_job_turns_the_buffer_off_until_a_fast_finish() -> None:
     assert pace.buffer() >= 1
 
 
+def test_a_claim_round_trip_that_varies_gets_a_deeper_buffer() -> None:
+    """The half of the buffer left when a claim is sent must last until the claim returns: a
+    round trip that is 1 ms on average but often 1.5 ms needs more than a steady 1 ms one."""
+    steady, jittery = Pace(concurrency=8), Pace(concurrency=8)
+    for pace in (steady, jittery):
+        for _ in range(50):
+            pace.finished(0.001)  # 8 slots: 8,000 jobs/s
+    for i in range(200):
+        steady.claimed(0.001)
+        jittery.claimed(0.0005 if i % 2 else 0.0015)
+    assert abs(steady.claim_avg - jittery.claim_avg) < 0.0001
+    assert jittery.buffer() > steady.buffer()
+    held_back = jittery.buffer() - jittery.threshold()  # jobs left when the claim is sent
+    assert held_back / 8000 >= 0.0025  # seconds: a round trip well above the average
+
+
 def test_a_fixed_prefetch_is_kept_whatever_the_pace() -> None:
     pace = Pace(concurrency=2, prefetch=3)
     assert pace.buffer() == 3

@@ -579,12 +579,12 @@ class PostgresBackend:
                 conn.autocommit = False
                 conn.execute(Q.lend)
             except psycopg.OperationalError:
-                self._pool.putconn(conn)  # broken: the pool drops it
+                self.connection_release(conn)  # broken: closed, and the pool drops it
                 if attempt:
                     raise
                 continue
             except BaseException:
-                self._pool.putconn(conn)
+                self.connection_release(conn)  # back in autocommit, as the pool's users expect
                 raise
             with self._lent_lock:
                 self._lent.add(id(conn))
