@@ -41,6 +41,7 @@ from ..base import (
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
+    MAX_DELAY,
     STATUSES,
     ClaimedJob,
     Inserted,
@@ -123,6 +124,15 @@ def _record(row: Row) -> JobRecord:
     return dataclasses.replace(
         rec, idempotency_key=exact_out(rec.idempotency_key), parent_id=exact_out(rec.parent_id)
     )
+
+
+def _delay(value: float) -> float:
+    """A retry delay JSON can carry: NaN (an arithmetic accident) retries at once, infinity
+    waits the longest delay a store holds (as ``executor.classify`` decides them)."""
+    delay = float(value)
+    if delay != delay or delay <= 0:
+        return 0.0
+    return min(delay, MAX_DELAY)
 
 
 def _claimed(r: Row) -> ClaimedJob:
@@ -495,14 +505,13 @@ class PostgresBackend:
         valid = [(o, n) for o in outcomes if (n := parse_numeric_id(o.id)) is not None]
         if not valid:
             return [o.id for o in outcomes]
+        rows_in = [
+            [n, o.token, o.kind, storable(o.result), storable(o.error), _delay(o.delay)]
+            for o, n in valid
+        ]
         args = {
             "now": self.clock.now(),
-            "ids": [n for _, n in valid],
-            "tokens": [o.token for o, _ in valid],
-            "kinds": [o.kind for o, _ in valid],
-            "results": [storable(o.result) for o, _ in valid],
-            "errors": [storable(o.error) for o, _ in valid],
-            "delays": [float(o.delay) for o, _ in valid],
+            "outcomes": json.dumps(rows_in, ensure_ascii=False),
             # On the caller's connection the handler's writes commit too: always durable.
             "async_commit": params.connection is None and self._settings.async_commit,
         }

@@ -593,12 +593,13 @@ ORDER BY priority DESC, run_at, id;
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
+-- The outcomes come as one JSON array of [id, token, kind, result, error, delay] arrays: one
+-- text parameter that Python encodes in C, where six arrays were dumped element by element in
+-- Python (about 4 us per outcome, in one stretch that held the GIL against the handlers).
 input AS (
-    SELECT *
-    FROM unnest(
-        %(ids)b::int8[], %(tokens)b::text[], %(kinds)b::text[], %(results)b::text[],
-        %(errors)b::text[], %(delays)b::float8[]
-    ) AS i (id, token, kind, result, error, delay)
+    SELECT (e ->> 0)::int8 AS id, e ->> 1 AS token, e ->> 2 AS kind, e ->> 3 AS result,
+           e ->> 4 AS error, (e ->> 5)::float8 AS delay
+    FROM json_array_elements(%(outcomes)s::json) AS e
 ),
 settled AS (
     UPDATE jobs AS j
