@@ -4,6 +4,7 @@ not; async handlers as tasks on one loop (see worker/_slots.py)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable
 
@@ -53,6 +54,37 @@ def test_a_claim_round_trip_that_varies_gets_a_deeper_buffer() -> None:
     assert jittery.buffer() > steady.buffer()
     held_back = jittery.buffer() - jittery.threshold()  # jobs left when the claim is sent
     assert held_back / 8000 >= 0.0025  # seconds: a round trip well above the average
+
+
+def test_a_worker_asks_no_claim_for_more_than_the_store_takes_at_once(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    """A store's ``claim_max`` caps every claim, and a full claim is followed at once (not
+    after a push signal: no job is enqueued while these drain)."""
+    app = make_app()
+
+    @app.job
+    async def quick(n: int) -> int:
+        return n
+
+    claims: list[tuple[int, float, int]] = []  # (limit, wait, jobs brought)
+    claim = app.backend.jobs_claim
+
+    def recording_claim(params: JobsClaimParams) -> list[ClaimedJob]:
+        jobs = claim(params)
+        claims.append((params.limit, params.wait, len(jobs)))
+        return jobs
+
+    app.backend.jobs_claim = recording_claim  # type: ignore[method-assign]
+    app.backend.claim_max = 3  # type: ignore[misc]
+    handles = quick.enqueue_many([((n,), {}) for n in range(40)])
+    with running_worker(app, concurrency=20):
+        for n, h in enumerate(handles):
+            assert h.result(timeout=10) == n
+    assert claims and max(limit for limit, _, _ in claims) <= 3
+    pairs = itertools.pairwise(claims)
+    after_full = [wait for (limit, _, got), (_, wait, _) in pairs if got == limit]
+    assert after_full and not any(after_full)  # none of them waited for a push signal
 
 
 def test_a_fixed_prefetch_is_kept_whatever_the_pace() -> None:

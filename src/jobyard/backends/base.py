@@ -554,6 +554,10 @@ class Backend(Protocol):
 
     clock: Clock
     url: str  # printable: a password in the URL is masked
+    # The most jobs one jobs_claim should be asked for, or None: a worker asks for no more at
+    # once, and claims again at once when a claim comes back full. For a store that serves
+    # nothing else while a claim runs (Redis runs each as one script).
+    claim_max: int | None
 
     # schema
     def schema_migrate(self) -> list[str]:

@@ -68,6 +68,8 @@ class _Row:
 class MemoryBackend:
     """The ``memory://`` store: the reference implementation of the contract."""
 
+    claim_max: int | None = None  # a claim of any size is one statement among others
+
     def __init__(self, url: str, clock: Clock) -> None:
         self.url = url
         self.clock = clock

@@ -81,6 +81,8 @@ class Producer:
         wait = 0.0  # > 0 once a claim came back short: the next one waits for a push signal
         while not self._stop.is_set():
             free = self.wanted()
+            if self.backend.claim_max is not None:
+                free = min(free, self.backend.claim_max)  # a full claim is followed at once
             if free <= 0:
                 # The slots are busy: wait until a claim is worth making, not polling the store.
                 self.slot_freed.wait(self.poll_interval)

@@ -186,6 +186,8 @@ class PostgresBackend:
     ``worker_commit=async|sync`` (default async: see queries.sql).
     """
 
+    claim_max: int | None = None  # a claim of any size is one statement among others
+
     def __init__(self, url: str, clock: Clock) -> None:
         self.url = mask_url(url)
         self.clock = clock

@@ -193,6 +193,12 @@ class RedisBackend:
     """The Backend protocol on Redis or Redis Cluster (see the module docstring). Every call
     goes through :attr:`core` (``_core.py``), which decides which calls may be retried."""
 
+    # A claim is one Lua script, and Redis serves no other client while it runs: the worker's
+    # own acknowledgements wait behind it, and so does every enqueue. An async worker of 100
+    # slots asked for up to 900 jobs at once (scripts of 20-40 ms); at most 128 a claim, its
+    # drain of 1 ms handlers went from 12,051-15,853 to 17,018-18,562 jobs/s.
+    claim_max: int | None = 128
+
     def __init__(self, url: str, clock: Clock) -> None:
         self.url = mask_url(url)
         self.core = Core(url, clock)

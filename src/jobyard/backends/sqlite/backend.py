@@ -102,6 +102,8 @@ class SQLiteBackend:
     threads; any number of processes on the host may open the same file.
     """
 
+    claim_max: int | None = None  # a claim of any size is one statement among others
+
     #: How often an idle ``jobs_wait`` looks for commits made by other processes, in seconds.
     poll_interval: float = 0.005
 
