@@ -68,7 +68,7 @@ class _Row:
 class MemoryBackend:
     """The ``memory://`` store: the reference implementation of the contract."""
 
-    claim_max: int | None = None  # a claim of any size is one statement among others
+    claim_max: int | None = None  # no limit (see Backend.claim_max)
 
     def __init__(self, url: str, clock: Clock) -> None:
         self.url = url

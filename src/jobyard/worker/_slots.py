@@ -8,7 +8,7 @@ rather than one job per freed slot. The half still held when a claim is sent mus
 returns, and a claim round trip varies: so the buffer is sized, as TCP sizes its retransmission
 timer, for a round trip four mean deviations above the average (with 1 ms handlers on
 PostgreSQL, sizing it for the average alone left the slots waiting for a late claim 3-4 ms at a
-time, 0.1 ms per job in all).
+time, 0.05 ms per job in all).
 
 A buffered job must never wait while other workers idle (the prefetch complaint of Celery users):
 the buffer exists only while the average handler takes at most ``FAST`` seconds, and a buffered

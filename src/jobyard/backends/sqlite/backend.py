@@ -102,7 +102,8 @@ class SQLiteBackend:
     threads; any number of processes on the host may open the same file.
     """
 
-    claim_max: int | None = None  # a claim of any size is one statement among others
+    # No limit: claims capped at 128 drained async jobs no faster here (bench/README.md).
+    claim_max: int | None = None
 
     #: How often an idle ``jobs_wait`` looks for commits made by other processes, in seconds.
     poll_interval: float = 0.005
