@@ -175,6 +175,13 @@ def check_delay(value: object, low: float = 0.0) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def bounded_delay(value: float) -> float:
+    """A retry delay every store can hold: at most :data:`MAX_DELAY`; NaN (an arithmetic
+    accident), zero and negatives retry at once."""
+    delay = float(value)
+    return min(delay, MAX_DELAY) if delay > 0 else 0.0
+
+
 def check_run_at(value: object) -> float | None:
     """``None`` or an instant from 1970 to the end of year 9998, else ``ConfigurationError``."""
     if value is None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backends.base import (
-    MAX_DELAY,
     Backend,
     ClaimedJob,
     JobsAckParams,
@@ -25,6 +24,7 @@ from ..backends.base import (
     Outcome,
     Progress,
     as_transactional,
+    bounded_delay,
 )
 from ..errors import Drop, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
@@ -198,9 +198,7 @@ def classify(job: ClaimedJob, exc: BaseException, tb: str | None = None) -> Outc
             error = f"retry requested after the last attempt ({job.max_attempts}): {exc.reason}"
         return Outcome(job.id, job.token, "failed", error=error)
     if isinstance(exc, Retry) and exc.delay is not None:
-        delay = float(exc.delay)
-        # within what every store can hold; NaN (an arithmetic accident) retries at once
-        delay = min(delay, MAX_DELAY) if delay > 0 else 0.0
+        delay = bounded_delay(exc.delay)
     else:
         delay = Backoff.from_json(job.backoff).delay(job.attempts)
     return Outcome(job.id, job.token, "retry", error=error, delay=delay)

@@ -62,10 +62,9 @@ class Worker:
     ahead of free slots. By default (None) the worker decides: while handlers are short it keeps
     a few jobs ready (enough to outlast a slow claim round trip) and hands back any that wait
     longer than ``hold`` seconds; with long handlers it claims only for free slots (see
-    ``_slots.py``).
-    A number fixes the buffer (0 turns it off). ``poll_interval``: the longest sleep between
-    claims when no push signal arrives. ``cpu``: pin this process to that CPU at start (see
-    ``_cpu.py``: for handlers that wait on I/O; None leaves it to the OS).
+    ``_slots.py``). A number fixes the buffer (0 turns it off). ``poll_interval``: the longest
+    sleep between claims when no push signal arrives. ``cpu``: pin this process to that CPU at
+    start (see ``_cpu.py``: for handlers that wait on I/O; None leaves it to the OS).
     """
 
     def __init__(

@@ -41,7 +41,6 @@ from ..base import (
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
-    MAX_DELAY,
     STATUSES,
     ClaimedJob,
     Inserted,
@@ -70,6 +69,7 @@ from ..base import (
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    bounded_delay,
 )
 from . import _caller, _migrate
 from ._connect import Settings, is_dropped, open_pool, parse_url
@@ -124,15 +124,6 @@ def _record(row: Row) -> JobRecord:
     return dataclasses.replace(
         rec, idempotency_key=exact_out(rec.idempotency_key), parent_id=exact_out(rec.parent_id)
     )
-
-
-def _delay(value: float) -> float:
-    """A retry delay JSON can carry: NaN (an arithmetic accident) retries at once, infinity
-    waits the longest delay a store holds (as ``executor.classify`` decides them)."""
-    delay = float(value)
-    if delay != delay or delay <= 0:
-        return 0.0
-    return min(delay, MAX_DELAY)
 
 
 def _claimed(r: Row) -> ClaimedJob:
@@ -509,8 +500,9 @@ class PostgresBackend:
         valid = [(o, n) for o in outcomes if (n := parse_numeric_id(o.id)) is not None]
         if not valid:
             return [o.id for o in outcomes]
+        # bounded_delay: JSON carries no NaN or infinity (the worker never sends either).
         rows_in = [
-            [n, o.token, o.kind, storable(o.result), storable(o.error), _delay(o.delay)]
+            [n, o.token, o.kind, storable(o.result), storable(o.error), bounded_delay(o.delay)]
             for o, n in valid
         ]
         args = {
