@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -148,6 +149,17 @@ class DrainClock:
         assert self.first is not None, "no job ever started"
         elapsed = max(self.last - self.first, 1e-9)
         return self.finished / elapsed
+
+
+def records_span(first: Sequence[Any], last: Sequence[Any]) -> float:
+    """Seconds from the earliest ``started_at`` among the handles ``first`` to the latest
+    ``finished_at`` among ``last``: a drain timed from the jobs' own records, which costs the
+    store nothing while it runs. Jobs run in enqueue order, so the first enqueued start first
+    and the last finish last; ``last`` must hold more jobs than can run or wait in the worker
+    at once."""
+    starts = [j.started_at for j in (h.get() for h in first) if j.started_at is not None]
+    ends = [j.finished_at for j in (h.get() for h in last) if j.finished_at is not None]
+    return max((max(ends) - min(starts)).total_seconds(), 1e-9)
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import emit, log, percentile, psql
+from bench._common import emit, log, percentile, psql, records_span
 from bench.throughput import start_worker, stop_worker, store
 
 BACKENDS = ("sqlite", "postgres", "redis")
@@ -81,9 +81,7 @@ def drain(app: Any, noop: Any, n: int, timeout: float) -> float:
             log("warning: jobs left pending or running")
             break
         time.sleep(0.1)
-    start = min(app.get(h.id).started_at for h in first)
-    end = max(app.get(h.id).finished_at for h in last)
-    return n / max((end - start).total_seconds(), 1e-9)
+    return n / records_span(first, last)
 
 
 def counts(app: Any) -> dict[str, int]:
