@@ -622,7 +622,12 @@ settled AS (
         token = NULL,
         lease_expires_at = NULL
     FROM input AS i, clock
-    WHERE j.status = 'running' AND j.id = i.id AND j.token = i.token
+    -- One primary-key probe per outcome, as in jobs_claim: the generic plan otherwise joins
+    -- the input to a scan of the whole running partition, which with autovacuum off holds
+    -- many times its live rows in dead ones between two of the maintenance's vacuums (0.3 of
+    -- a 0.9 ms ack of 23 jobs read 120 pages for 77 live rows).
+    WHERE j.status = 'running' AND j.id = ANY(ARRAY(SELECT id FROM input))
+      AND j.id = i.id AND j.token = i.token
     RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
               j.run_at <= clock.now AS due, j.dependents
 ),
