@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     # what bench.throughput.start_worker reads: one plain worker process of no-op jobs
-    args.prefetch, args.worker_wrapper, args.shared_redis = None, "", False
+    args.prefetch, args.worker_wrapper, args.shared_redis, args.pin = None, "", False, False
     args.processes, args.work_ms, args.use_async = 1, 0.0, False
     print(
         f"# jobyard {args.backend}: first={args.first} backlog={args.backlog}"

@@ -501,13 +501,18 @@ class PostgresBackend:
         if not valid:
             return [o.id for o in outcomes]
         # bounded_delay: JSON carries no NaN or infinity (the worker never sends either).
-        rows_in = [
-            [n, o.token, o.kind, storable(o.result), storable(o.error), bounded_delay(o.delay)]
+        by_key = {
+            f"{n}:{o.token}": [
+                o.kind,
+                storable(o.result),
+                storable(o.error),
+                bounded_delay(o.delay),
+            ]
             for o, n in valid
-        ]
+        }
         args = {
             "now": self.clock.now(),
-            "outcomes": json.dumps(rows_in, ensure_ascii=False),
+            "outcomes": json.dumps(by_key, ensure_ascii=False),
             # On the caller's connection the handler's writes commit too: always durable.
             "async_commit": params.connection is None and self._settings.async_commit,
         }
@@ -517,8 +522,8 @@ class PostgresBackend:
             rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
         else:
             rows = self._run(lambda c: self._fetch(c, Q.jobs_ack, args))
-        refused = {str(r[0]) for r in rows}
-        return [o.id for o in outcomes if o.id in refused or parse_numeric_id(o.id) is None]
+        settled = {str(r[0]) for r in rows}
+        return [o.id for o in outcomes if o.id not in settled]
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
