@@ -7,14 +7,11 @@ from typing import TYPE_CHECKING, cast
 
 from ...errors import ConfigurationError
 from ..base import STATUSES, QueueConfig, QueueStats, StatsParams, WorkerInfo, WorkersBeatParams
+from ._core import dumps
 from .keys import QUEUE_RE
 
 if TYPE_CHECKING:
     from ._core import Core
-
-
-def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def queues_configure(c: Core, config: QueueConfig) -> None:
@@ -29,7 +26,7 @@ def queues_configure(c: Core, config: QueueConfig) -> None:
         "paused": "1" if config.paused else None,
         "retention": None if config.retention is None else str(max(1, round(config.retention))),
     }
-    c.run("queues_configure", c.keys.queue(config.name), [config.name, _dumps(settings)])
+    c.run("queues_configure", c.keys.queue(config.name), [config.name, dumps(settings)])
     c.call(lambda: c.client.sadd(c.keys.queues, config.name))
 
 
@@ -66,7 +63,7 @@ def queues_list(c: Core) -> list[QueueConfig]:
 def workers_beat(c: Core, params: WorkersBeatParams) -> None:
     """Register, refresh or remove a worker; forget the silent ones."""
     w = params.worker
-    info = _dumps(
+    info = dumps(
         {
             "host": w.host,
             "pid": w.pid,

@@ -42,6 +42,7 @@ idempotency key to enqueue again safely.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import Counter
@@ -57,6 +58,17 @@ from .keys import Keys
 
 log = logging.getLogger("jobyard.redis")
 T = TypeVar("T")
+
+
+# Built once: json.dumps with options builds a new encoder on every call, a sixth of the Python
+# an enqueue runs before its send. An encoder keeps nothing between calls: threads share it.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(value: Any) -> str:
+    """A script argument as compact JSON (what ``json.dumps(value, separators=(",", ":"),
+    ensure_ascii=False)`` returns)."""
+    return _COMPACT.encode(value)
 
 
 class Core:

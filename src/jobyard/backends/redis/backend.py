@@ -40,7 +40,6 @@ default 20) and ``socket_timeout`` (default 30); anything else goes to redis-py.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -88,16 +87,12 @@ from ..base import (
 )
 from . import _admin, _schedules, consumers
 from ._connection import TRANSIENT
-from ._core import Core
+from ._core import Core, dumps
 from .keys import QUEUE_RE, parse_job_id
 from .keys import job_id as make_id
 
 PURGE_BATCH = 1000
 OWED_BATCH = 1000  # owed releases the reaper pays per queue and call (Cluster)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _ttl(seconds: float) -> str:
@@ -273,7 +268,7 @@ class RedisBackend:
         created: dict[str, int] = {}
         for q in queues:
             positions = [i for i, j in enumerate(jobs) if j.queue == q]
-            numbers = _dumps([first + i for i in positions])  # enqueue order across queues
+            numbers = dumps([first + i for i in positions])  # enqueue order across queues
             part = [jobs[i] for i in positions]
             part_links = [links[i] for i in positions]
             reply = self._insert([q], part, part_links, numbers, ttl_ms, dry=False, once=once)
@@ -318,13 +313,13 @@ class RedisBackend:
             keys += [self.keys.seq, self.keys.queues, *(self.keys.wake(q) for q in queues)]
         args = [
             self.core.now(),
-            _dumps(queues),
+            dumps(queues),
             numbers,
             "" if numbers else "1",
             ttl_ms,
             "1" if dry else "",
             str(DEFAULT_MAX_ATTEMPTS),
-            _dumps(rows),
+            dumps(rows),
         ]
         run = self.core.run_once if once else self.core.run
         reply = run("jobs_insert", keys, args)
@@ -609,7 +604,7 @@ class RedisBackend:
                     order.append(pos)
                     items.append(item(g, n, pos))
             reply = self.core.run(
-                script, self.core.group_keys(names), [self.core.now(), *head, _dumps(items)]
+                script, self.core.group_keys(names), [self.core.now(), *head, dumps(items)]
             )
             for entry in reply:
                 if isinstance(entry, list):
@@ -689,7 +684,7 @@ class RedisBackend:
         for dep_queue, pairs in pay.items():
             keys = self.keys.queue(dep_queue)
             released[dep_queue] += int(
-                self.core.run("jobs_release", keys, [self.core.now(), _dumps(pairs)])
+                self.core.run("jobs_release", keys, [self.core.now(), dumps(pairs)])
             )
         by_queue: dict[str, list[str]] = defaultdict(list)
         for queue, n, _ in owed:
