@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,15 +152,23 @@ class DrainClock:
         return self.finished / elapsed
 
 
+def first_started(handles: Sequence[Any]) -> datetime:
+    """The earliest ``started_at`` among the jobs of ``handles`` (those that started)."""
+    return min(j.started_at for j in (h.get() for h in handles) if j.started_at is not None)
+
+
+def last_finished(handles: Sequence[Any]) -> datetime:
+    """The latest ``finished_at`` among the jobs of ``handles`` (those that finished)."""
+    return max(j.finished_at for j in (h.get() for h in handles) if j.finished_at is not None)
+
+
 def records_span(first: Sequence[Any], last: Sequence[Any]) -> float:
     """Seconds from the earliest ``started_at`` among the handles ``first`` to the latest
     ``finished_at`` among ``last``: a drain timed from the jobs' own records, which costs the
     store nothing while it runs. Jobs run in enqueue order, so the first enqueued start first
     and the last finish last; ``last`` must hold more jobs than can run or wait in the worker
     at once."""
-    starts = [j.started_at for j in (h.get() for h in first) if j.started_at is not None]
-    ends = [j.finished_at for j in (h.get() for h in last) if j.finished_at is not None]
-    return max((max(ends) - min(starts)).total_seconds(), 1e-9)
+    return max((last_finished(last) - first_started(first)).total_seconds(), 1e-9)
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -48,10 +48,11 @@ from bench._common import (
     emit,
     emit_latencies,
     emit_slot_share,
+    first_started,
+    last_finished,
     log,
     private_redis,
     psql,
-    records_span,
     redis_cluster,
     short_id,
     spawn,
@@ -170,10 +171,11 @@ def timed_drain(
 ) -> tuple[float, str]:
     """The drain's rate and a note, timed from the jobs' own records: from the earliest
     ``started_at`` among the first jobs enqueued to the latest ``finished_at`` among the last
-    (``records_span``). While it runs, the store is read only to learn that it ended: one job's
-    record per poll until the last job enqueued has finished, then the counts. Polling the
-    counts every 20 ms throughout (as this did until 2026-12) cost PostgreSQL 0.7 of a core on
-    this 2-core machine: app.stats() counts the pending rows, 45 times a second.
+    (``first_started``, ``last_finished``). While it runs, the store is read only to learn that
+    it ended: one job's record per poll until the last job enqueued has finished, then the
+    counts. Polling the counts every 20 ms throughout (as this did until 2026-12) cost
+    PostgreSQL 0.7 of a core on this 2-core machine: app.stats() counts the pending rows, 45
+    times a second.
 
     With ``--processes P`` the clock starts once all P worker processes are live
     (``app.workers()``) and counts the jobs finished after that: on a loaded machine one process
@@ -219,15 +221,9 @@ def timed_drain(
         time.sleep(0.05)
 
     first, last = handles[:edge], handles[-edge:]
-    if timed_out:
-        starts = [j.started_at for j in (h.get() for h in first) if j.started_at is not None]
-        begun = up_at if up_at is not None else min(starts).timestamp()
-        span = time.time() - begun
-    elif up_at is not None:
-        ends = [j.finished_at for j in (h.get() for h in last) if j.finished_at is not None]
-        span = max(ends).timestamp() - up_at
-    else:
-        span = records_span(first, last)
+    begun = up_at if up_at is not None else first_started(first).timestamp()
+    end = time.time() if timed_out else last_finished(last).timestamp()
+    span = end - begun
     done = finished - before
     note = f"{done} jobs in {span:.2f}s"
     if timed_out:
