@@ -5,6 +5,7 @@ input releases it to ``pending`` in the same move, exactly once however the comp
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -114,6 +115,54 @@ def test_only_a_completion_releases(backend: Backend) -> None:
     assert status(backend, join) == "pending"
 
 
+def settle(backend: Backend, endings: dict[str, str]) -> None:
+    """Claim the jobs of ``endings`` and acknowledge each with its ending, in one ack:
+    ``completed``, ``failed``, or ``cancelled`` as a handler ends a job whose cancellation
+    was requested while it ran."""
+    queues = tuple({r.queue for r in backend.jobs_list(JobsListParams(ids=list(endings)))})
+    held = {c.id: c for c in backend.jobs_claim(JobsClaimParams("w1", queues, 100))}
+    assert endings.keys() == held.keys()
+    outcomes = []
+    for job_id, ending in endings.items():
+        token = held[job_id].token
+        if ending == "completed":
+            outcomes.append(Outcome(job_id, token, "completed", result='"r"'))
+        elif ending == "cancelled":
+            asked = backend.jobs_cancel(JobsCancelParams(job_id, by="ops"))
+            assert asked.status == "running"  # a request only: the handler honours it
+            outcomes.append(Outcome(job_id, token, "cancelled", error="cancelled on request"))
+        else:
+            outcomes.append(Outcome(job_id, token, "failed", error="boom"))
+    assert backend.jobs_ack(JobsAckParams(outcomes)) == []
+
+
+@pytest.mark.parametrize("step_queue", ["in", "out"], ids=["same-queue", "other-queue"])
+@pytest.mark.parametrize(
+    "endings",
+    [("completed", "failed"), ("completed", "cancelled"), ("failed",), ("cancelled",)],
+    ids="+".join,
+)
+def test_a_step_waits_while_an_input_did_not_complete(
+    backend: Backend, endings: tuple[str, ...], step_queue: str
+) -> None:
+    # given a step waiting on one input per ending, in the inputs' queue or in another one
+    # (another hash slot on Redis Cluster, where a completion's release is owed and paid apart)
+    *inputs, waiting = insert(
+        backend, *[step(queue="in") for _ in endings], step(*range(len(endings)), queue=step_queue)
+    )
+    # when every input ends, in one acknowledgement, and one of them did not complete
+    settle(backend, dict(zip(inputs, endings, strict=True)))
+    # then the step still waits: only a completion counts as an input done
+    assert status(backend, waiting) == "waiting"
+    assert claim(backend, queues=(step_queue,)) == []
+    # and once the input that did not complete is re-driven and completes, the step is released
+    again = [i for i, ending in zip(inputs, endings, strict=True) if ending != "completed"]
+    for job_id in again:
+        assert backend.jobs_retry(job_id).status == "pending"
+    settle(backend, dict.fromkeys(again, "completed"))
+    assert status(backend, waiting) == "pending"
+
+
 def test_a_stale_completion_releases_nothing(backend: Backend) -> None:
     # given a member whose lease lapsed and was reaped back to pending
     m1, join = insert(backend, step(lease=0.5), step(0))
@@ -194,19 +243,34 @@ def test_racing_completions_release_the_join_exactly_once(
     held = [b.jobs_claim(JobsClaimParams(f"w{i}", ("q",), 10)) for i, b in enumerate(others)]
     assert sum(len(h) for h in held) == n
     # when they all complete at the same instant, each ack on its own connection
-    gate = threading.Barrier(len(others))
+    gate = threading.Barrier(len(others), timeout=30)
+    errors: list[BaseException] = []
+    refused: list[str] = []
 
     def ack(b: Backend, claimed: list) -> None:
-        gate.wait()
-        for c in claimed:
-            b.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "completed", result="1")]))
+        try:
+            gate.wait()
+            for c in claimed:
+                outcome = Outcome(c.id, c.token, "completed", result="1")
+                refused.extend(b.jobs_ack(JobsAckParams([outcome])))
+        except BaseException as exc:  # reported below: an exception in a thread is lost
+            errors.append(exc)
+            raise
 
-    threads = [threading.Thread(target=ack, args=pair) for pair in zip(others, held, strict=True)]
+    threads = [
+        threading.Thread(target=ack, args=pair, daemon=True)
+        for pair in zip(others, held, strict=True)
+    ]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 30
     for t in threads:
-        t.join(30)
-    # then every member completed and the join is pending, claimable exactly once
+        t.join(max(deadline - time.monotonic(), 0))
+    # then every acknowledgement ended within the deadline, none raised and none was refused
+    assert [t for t in threads if t.is_alive()] == [], "an acknowledgement did not return"
+    assert errors == []
+    assert refused == []
+    # and every member completed and the join is pending, claimable exactly once
     assert {status(backend, i) for i in members} == {"completed"}
     assert status(backend, join) == "pending"
     assert [c.id for c in claim(backend)] == [join]

@@ -253,6 +253,35 @@ def test_cancelling_a_workflow_stops_what_runs_and_what_waits(
         app.retry(handle.ids[1])
 
 
+def test_cancelling_a_running_step_stops_its_chain(make_app: Callable[..., jobyard.App]) -> None:
+    app = make_app()
+    started = threading.Event()
+
+    @app.job(lease=1.5)  # renewed every half second: the request reaches the handler soon
+    async def crawl() -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "done"
+
+    @app.job(queue="publish")  # another queue: on Redis Cluster another slot, a release owed
+    def publish(x: str) -> str:
+        return x
+
+    handle = chain(crawl.s(), publish.s(), publish.s()).enqueue()
+    first = handle.ids[0]
+    with running_worker(app, queues=["default", "publish"]):
+        assert started.wait(15)
+        # when the running step alone is cancelled (not its workflow) and its handler stops
+        assert app.cancel(first, by="ops").status == "running"
+        wait_until(lambda: app.get(first).status == "cancelled", what="the step cancelled")
+    # then, once the worker has stopped (every outcome it held is written, releases included),
+    # the steps after it still wait: a cancelled input releases nothing
+    assert [app.get(i).status for i in handle.ids] == ["cancelled", "waiting", "waiting"]
+    assert handle.get().status == "cancelled"
+    with pytest.raises(jobyard.JobCancelled):
+        handle.result(timeout=5)
+
+
 def test_a_join_runs_once_under_a_race_of_workers(make_app: Callable[..., jobyard.App]) -> None:
     # given a group of 200 members and four workers of their own draining it at once
     apps = [make_app() for _ in range(4)]
