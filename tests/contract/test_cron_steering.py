@@ -338,12 +338,15 @@ def test_catch_up_none_still_fires_a_tick_on_time(make_app: Callable[..., jobyar
 # --- pause ------------------------------------------------------------------------------------
 
 
-def pinging(app: jobyard.App, expression: str, queue: str = "default") -> jobyard.App:
-    """``app`` with the ``ping`` job scheduled at ``expression``, catching up every tick."""
+def pinging(
+    app: jobyard.App, expression: str, queue: str = "default", n: int | None = None
+) -> jobyard.App:
+    """``app`` with the ``ping`` job scheduled at ``expression``, catching up every tick (with
+    ``n`` as the job's argument when given)."""
 
-    @app.cron(expression, catch_up="all")
+    @app.cron(expression, catch_up="all", kwargs=None if n is None else {"n": n})
     @app.job(queue=queue)
-    def ping() -> None:
+    def ping(n: int = 0) -> None:
         return None
 
     return app
@@ -382,6 +385,38 @@ def test_a_pause_survives_restarts_and_deploys(make_app: Callable[..., jobyard.A
     assert len(testing.enqueued(app, "ping")) == 1
     deployed.resume_schedule("ping")  # resuming what runs changes nothing
     assert deployed.stored_schedules()[0].next_run_at == START + 30 + 720
+
+
+@pytest.mark.parametrize("change", ["cron", "args"])
+def test_a_pause_survives_a_deploy_that_keeps_the_queue(
+    make_app: Callable[..., jobyard.App], change: str
+) -> None:
+    # given a paused schedule
+    frozen = jobyard.FrozenClock(START)
+    app = pinging(make_app(frozen), "* * * * *")
+    app.sync_schedules()
+    app.pause_schedule("ping")
+    frozen.advance(120)
+    # when a deploy changes its ticks or its job's arguments, and leaves it on its queue
+    # (on Redis the same slot: the schedule's hash is rewritten in place, not moved)
+    cron, n = ("*/5 * * * *", None) if change == "cron" else ("* * * * *", 7)
+    deployed = pinging(make_app(frozen), cron, n=n)
+    deployed.sync_schedules()
+    # then the schedule was rewritten (it starts at the next tick of its new rule) and is paused
+    (sched,) = deployed.stored_schedules()
+    assert (sched.cron, sched.job.queue) == (cron, "default")
+    assert sched.next_run_at == (START + 330 if change == "cron" else START + 150)
+    assert sched.paused
+    frozen.advance(600)
+    assert tick(deployed) == []  # paused: nothing fires
+    # and once resumed, it fires what the deploy made it
+    deployed.resume_schedule("ping")
+    (sched,) = deployed.stored_schedules()
+    assert sched.next_run_at is not None
+    frozen.advance(sched.next_run_at - frozen.now())
+    assert tick(deployed) == ["ping"]
+    (job,) = testing.enqueued(app, "ping")
+    assert job.kwargs == ({} if n is None else {"n": n})
 
 
 def test_a_worker_starting_keeps_a_paused_schedule_paused(
