@@ -264,6 +264,9 @@ def test_idempotency_key_scope_is_pending_and_running(backend: Backend) -> None:
     running = backend.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))[0]
     assert running.id == first.id and not running.created
     backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "completed", result="null")]))
+    # once it completed the key is free (on Redis an entry left behind for the key would not
+    # show here, since every reader re-checks the holder's status: tests/redis/test_backend.py
+    # checks the entry itself, for every way a job ends)
     after = backend.jobs_insert(JobsInsertParams([new(idempotency_key="order-7")]))[0]
     assert after.created and after.id != first.id
 
