@@ -42,6 +42,15 @@ def dead_rows(sql: Callable[..., list[tuple[Any, ...]]], table: str) -> int:
     return int(rows[0][0])
 
 
+def vacuums(sql: Callable[..., list[tuple[Any, ...]]], table: str) -> int:
+    """The server's own count of the vacuums of ``table`` (pg_stat_user_tables.vacuum_count):
+    the vacuuming session reports it as its VACUUM ends; the snapshot of this one is cleared
+    first, so each read sees the server's counts of now."""
+    sql("SELECT pg_stat_clear_snapshot()")
+    query = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)"
+    return int(sql(query, [table])[0][0])
+
+
 def test_churned_partitions_are_vacuumed_past_the_threshold(
     backend: PostgresBackend, sql: Callable[..., list[tuple[Any, ...]]]
 ) -> None:
@@ -60,10 +69,7 @@ def test_churned_partitions_are_vacuumed_past_the_threshold(
     # then the hot partitions were vacuumed, and said so
     # (the server counts them itself; dead-row figures are flushed late, so not compared)
     for table in HOT:
-        rows = sql(
-            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass(%s)", [table]
-        )
-        assert rows[0][0] >= 1
+        assert vacuums(sql, table) >= 1
 
 
 def test_tidy_neither_waits_for_open_transactions_nor_runs_twice_at_once(
@@ -106,7 +112,7 @@ def test_tidy_neither_waits_for_open_transactions_nor_runs_twice_at_once(
 
 
 def test_a_worker_vacuums_as_it_runs_and_logs_it(
-    url: str, caplog: pytest.LogCaptureFixture
+    url: str, caplog: pytest.LogCaptureFixture, sql: Callable[..., list[tuple[Any, ...]]]
 ) -> None:
     app = jobyard.App(url)
 
@@ -115,16 +121,20 @@ def test_a_worker_vacuums_as_it_runs_and_logs_it(
         """Nothing."""
 
     caplog.set_level(logging.INFO, logger="jobyard.worker")
+    before = vacuums(sql, "jobs_running")
     try:
         with running_worker(app, queues=["q"], concurrency=4) as worker:
             worker.maintenance.tidy_params = EAGER
             noop.enqueue_many([((), {}) for _ in range(400)])
+            # the server's own count of vacuums, not the worker's word for it
             wait_until(
-                lambda: "store: vacuumed jobs_running" in caplog.text,
+                lambda: vacuums(sql, "jobs_running") > before,
                 timeout=30,
                 interval=0.2,
-                what="the worker's maintenance to vacuum",
+                what="the worker's maintenance to vacuum jobs_running",
             )
+            # and it said so (its log line follows the VACUUM's end)
+            wait_until(lambda: "store: vacuumed jobs_running" in caplog.text, what="the log")
             counts = {s.queue: s.counts for s in app.stats()}
             wait_until(lambda: app.stats()[0].counts["completed"] == 400, timeout=30)
         assert counts["q"]["failed"] == 0
