@@ -188,6 +188,10 @@ def test_values_from_jobs_print_as_text(run: InProcess, caplog: pytest.LogCaptur
         _, err = run("show", HERE, KEY, terminal=terminal, code=2)
         assert_inert(err)
         assert len(err.splitlines()) == 1 and "\\x1b[2J" in err
+        # and a command echoing what it was given
+        _, err = run("cancel", HERE, "--queue", ESCAPES, terminal=terminal)
+        assert_inert(err)
+        assert "of queue=\\x1b[2J" in err
 
     # and --json keeps the values exact, with every control character a JSON escape
     for job_id in (failed, held, step):
