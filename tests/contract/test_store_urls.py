@@ -26,7 +26,7 @@ BAD_URLS = [
     ("postgres", f"{PG}/test?sslmode=bogus", "sslmode='bogus' is not one of"),
     ("postgres", f"{PG}/test?connect_timeout=x", "connect_timeout='x' is not a whole number"),
     ("postgres", f"{PG}/test?target_session_attrs=main", "target_session_attrs='main'"),
-    ("postgres", f"{PG}/test?hostaddr=db.example", "hostaddr 'db.example' is not an IP"),
+    ("postgres", f"{PG}/test?hostaddr=numbers-only", "hostaddr 'numbers-only' is not an IP"),
     ("redis", f"redis://:{SECRET}@127.0.0.1:abc/0", "bad port in Redis host"),
     ("redis", "redis://127.0.0.1:99999/0", "bad port in Redis host"),
     ("redis", "redis://127.0.0.1:6379/x", "the Redis database must be a number"),
