@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
+from ._printable import json_text, printable
 from .job import Job
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -94,6 +96,18 @@ def _json_option(kind: type) -> Any:
 # --- output -------------------------------------------------------------------------------------
 
 
+def cell(value: object, style: str = "") -> Text:
+    """A value from a job (or a store) as one line of a table or of output: its control
+    characters escaped (:mod:`jobyard._printable`), and never read as rich markup."""
+    return Text("" if value is None else printable(value), style=style)
+
+
+def block(value: str, style: str = "") -> Text:
+    """A multi-line value (a traceback) for output: newlines kept, every other control
+    character escaped, never read as rich markup."""
+    return Text(printable(value, multiline=True), style=style)
+
+
 def _console() -> Console:
     # Piped output keeps whole ids and names rather than folding them at 80 columns.
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
@@ -102,6 +116,18 @@ def _console() -> Console:
 
 def _when(moment: datetime | None) -> str:
     return "" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _at(epoch: float | None) -> Text:
+    """A stored epoch time for a table, in UTC; one no datetime can hold (past year 9999,
+    NaN: written by something else) as the number it is."""
+    if epoch is None:
+        return Text("")
+    try:
+        moment = datetime.fromtimestamp(epoch, UTC)
+    except (OverflowError, ValueError, OSError, TypeError):
+        return cell(f"not a time: {epoch!r}")
+    return Text(_when(moment))
 
 
 def _ago(epoch: float) -> str:
@@ -121,12 +147,19 @@ def _last_line(error: str | None, width: int = 70) -> str:
 
 def _iso(epoch: float | None) -> str | None:
     """An epoch time as every ``--json`` output writes times: ISO 8601 in UTC, as
-    ``datetime.isoformat`` writes them (``2026-01-31T09:00:00.123456+00:00``)."""
-    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
+    ``datetime.isoformat`` writes them (``2026-01-31T09:00:00.123456+00:00``). A stored time
+    no datetime can hold (past year 9999, NaN: written by something else) is written as the
+    number it is, as text, rather than failing the whole listing."""
+    if epoch is None:
+        return None
+    try:
+        return datetime.fromtimestamp(epoch, UTC).isoformat()
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"not a time: {epoch!r}"
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return json_text(value)
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .app import import_from_working_directory
 from .errors import ConfigurationError
 
 log = logging.getLogger("jobyard.cli")
@@ -20,6 +21,7 @@ def source_root(app_ref: str) -> Path:
     """The directory to watch for APP ``module:attribute``: its top-level package's directory
     (``shop/`` for ``shop.tasks:app``), or the module's own directory for a lone module."""
     top = app_ref.partition(":")[0].split(".")[0]
+    import_from_working_directory()  # where the worker will import APP from
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError) as exc:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ._enqueue import Enqueue
+from ._printable import guard_logs
 from ._secrets import check_url, remember
 from .backends import mask_url, open_backend, probe_store
 from .backends.base import (
@@ -67,6 +68,7 @@ class App:
         self._enqueue = Enqueue(lambda: self.backend, self.hooks)  # job functions' way down
         check_url(self.url)  # before anything can quote a piece of a mangled password
         remember(self.url)
+        guard_logs()  # a job's values reach the library's log lines escaped, whoever wrote them
         scheme = self.url.split("://", 1)[0] if "://" in self.url else ""
         from .backends import SCHEMES
 
@@ -627,16 +629,25 @@ class App:
         self.worker(queues, concurrency, **options).run()
 
 
+def import_from_working_directory() -> None:
+    """Make modules of the working directory importable, as ``python -m`` does: the rule by
+    which the ``jobyard`` command finds APP (the console script's own directory is on
+    ``sys.path``, the working directory is not). Loading APP and ``--reload``'s search for
+    what to watch both follow it."""
+    import sys
+
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def load_app(ref: str) -> App:
     """Import ``module:attribute`` (as uvicorn and celery take it) and return the App there."""
     import importlib
-    import sys
 
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"APP must look like 'module:attribute', got {ref!r}")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as python -m does: the working directory is importable
+    import_from_working_directory()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -20,25 +20,27 @@ from typing import Any, NoReturn
 import click
 from rich import box
 from rich.table import Table
-from rich.text import Text
 
 from ._cli_format import (
     DURATION,
     _ago,
+    _at,
     _console,
     _dumps,
     _iso,
     _json_option,
     _last_line,
     _when,
+    block,
+    cell,
     format_duration,
     job_to_dict,
 )
+from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
 from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, Schedule
-from .clock import to_datetime
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -309,7 +311,7 @@ def enqueue(
     if problems and not force:
         raise ConfigurationError("; ".join(problems) + " (--force sends it anyway)")
     for problem in problems:
-        click.echo(f"warning: {problem}", err=True)
+        _echo(f"warning: {problem}", err=True)
     options = {
         k: v
         for k, v in {
@@ -327,9 +329,9 @@ def enqueue(
         handle = fn.enqueue(*args, **kwargs)
     except TypeError as exc:  # an argument that is not JSON
         raise ConfigurationError(str(exc)) from None
-    click.echo(handle.id)
+    _echo(handle.id)
     if not handle.created:
-        click.echo(
+        _echo(
             f"note: idempotency key {idempotency_key!r} is held by pending or running job "
             f"{handle.id}; no new job was created",
             err=True,
@@ -418,9 +420,9 @@ def status(app_ref: str, as_json: bool) -> None:
         click.echo(json.dumps(data, indent=2))
         return
     console = _console()
-    console.print(f"store: {mask_url(app.url)}", markup=False)
+    console.print(cell(f"store: {mask_url(app.url)}"))
     for warning in warnings:
-        console.print(f"warning: {warning}", markup=False)
+        console.print(cell(f"warning: {warning}"))
     table = Table(title="queues", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("queue", no_wrap=True)
     for s in STATUSES:
@@ -443,10 +445,10 @@ def status(app_ref: str, as_json: bool) -> None:
         if kept:
             limits.append(f"keep={format_duration(kept)}")
         table.add_row(
-            Text(q),
+            cell(q),
             *(str(counts.get(s, 0)) for s in STATUSES),
             str(st.completed_last_minute if st else 0),
-            Text(" ".join(limits)),
+            cell(" ".join(limits)),
         )
     if names:
         console.print(table)
@@ -460,10 +462,10 @@ def status(app_ref: str, as_json: bool) -> None:
         wt.add_column(column, no_wrap=column in ("id", "host"))
     for w in workers:
         wt.add_row(
-            Text(w.id),
-            Text(w.host),
-            str(w.pid),
-            Text(",".join(w.queues)),
+            cell(w.id),
+            cell(w.host),
+            cell(w.pid),
+            cell(",".join(w.queues)),
             str(w.concurrency),
             _ago(w.started_at),
             _ago(w.last_seen),
@@ -505,15 +507,15 @@ def jobs(
     table.add_column("error")
     for job in found:
         table.add_row(
-            Text(job.id),
-            Text(job.name),
-            Text(job.queue),
+            cell(job.id),
+            cell(job.name),
+            cell(job.queue),
             str(job.status),
             str(job.priority),
             f"{job.attempts}/{job.max_attempts}",
             _when(job.created_at),
             _when(job.finished_at),
-            Text(_last_line(job.error)),
+            cell(_last_line(job.error)),
         )
     console.print(table)
     more = " (more match: raise --limit)" if len(found) == limit else ""
@@ -534,7 +536,7 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
     if as_json:
         if flow is not None:
             data["workflow"] = {"id": flow.id, "status": flow.status, "tree": tree}
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        click.echo(json_text(data, indent=2))
         return
     console = _console()
     table = Table(box=box.SIMPLE, show_header=False)
@@ -554,25 +556,37 @@ def show(app_ref: str, job_id: str, as_json: bool) -> None:
             continue
         else:
             text = "" if value is None else str(value)
-        if len(text) > SHOW_MAX:
-            text, cut = text[: SHOW_MAX - 1] + "…", True
-        table.add_row(key, Text(text, overflow="fold"))
+        if len(text) > SHOW_MAX:  # cut before escaping: an escape is never split
+            text, cut = f"{text[:SHOW_MAX]} … ({len(text) - SHOW_MAX:,} more characters)", True
+        table.add_row(key, cell(text))
     console.print(table)
     if job.error:
         console.print("error:", style="bold")
-        console.print(Text(job.error.rstrip()))
+        error = job.error.rstrip()
+        if len(error) > SHOW_MAX:
+            error, cut = _cut_middle(error), True
+        console.print(block(error))
     if flow is not None:
-        console.print(f"workflow {flow.id} ({flow.status}, {len(flow.jobs)} jobs):", style="bold")
+        head = f"workflow {flow.id} ({flow.status}, {len(flow.jobs)} jobs):"
+        console.print(cell(head, style="bold"))
         for line in tree[:TREE_MAX]:
-            console.print(Text(line))
+            console.print(cell(line[:SHOW_MAX]))
         if len(tree) > TREE_MAX:
-            console.print(f"… {len(tree) - TREE_MAX} more lines ('--json' prints them all)")
+            console.print(cell(f"… {len(tree) - TREE_MAX} more lines ('--json' prints them all)"))
     if cut:
         console.print(
-            f"(values longer than {SHOW_MAX} characters are cut: "
-            f"'jobyard show {app_ref} {job_id} --json' prints them whole)",
-            markup=False,
+            cell(
+                f"(values longer than {SHOW_MAX} characters are cut: "
+                f"'jobyard show {app_ref} {job_id} --json' prints them whole)"
+            )
         )
+
+
+def _cut_middle(text: str) -> str:
+    """A long traceback's first and last :data:`SHOW_MAX` / 2 characters, with how many were
+    cut between them: its outermost frames and the exception itself are at the two ends."""
+    half = SHOW_MAX // 2
+    return f"{text[:half]}\n… {len(text) - 2 * half:,} characters cut …\n{text[-half:]}"
 
 
 def _marked_tree(flow: Workflow, job_id: str) -> list[str]:
@@ -588,7 +602,7 @@ def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> No
     counts = Counter(j.status.value for j in flow.jobs)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     note = "; nothing changed (--dry-run)" if dry_run else ""
-    click.echo(f"workflow {workflow_id}: {summary}{note}")
+    _echo(f"workflow {workflow_id}: {summary}{note}")
 
 
 @cli.command()
@@ -597,7 +611,7 @@ def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> No
 def retry(app_ref: str, job_id: str) -> None:
     """Re-drive a failed or cancelled job: pending again, its attempts reset."""
     job = _app(app_ref).retry(job_id)
-    click.echo(f"job {job.id} is {job.status} again (attempts reset)")
+    _echo(f"job {job.id} is {job.status} again (attempts reset)")
 
 
 @cli.command()
@@ -635,20 +649,20 @@ def cancel(
     if job_id is not None:
         if dry_run:
             job = app.get(job_id)
-            click.echo(f"job {job.id} is {job.status}; nothing changed (--dry-run)")
+            _echo(f"job {job.id} is {job.status}; nothing changed (--dry-run)")
             return
         job = app.cancel(job_id, by=by)
         if job.status == "running":
-            click.echo(f"job {job.id} is running: cancellation requested")
+            _echo(f"job {job.id} is running: cancellation requested")
         else:
-            click.echo(f"job {job.id} is {job.status}")
+            _echo(f"job {job.id} is {job.status}")
         return
     ids = app.cancel_pending(queue=queue, name=name, dry_run=dry_run)
     for found in ids:
-        click.echo(found)
+        _echo(found)
     what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
     verb = "would cancel" if dry_run else "cancelled"
-    click.echo(f"{verb} {len(ids)} pending job(s) of {what}", err=True)
+    _echo(f"{verb} {len(ids)} pending job(s) of {what}", err=True)
 
 
 @cli.command()
@@ -756,11 +770,11 @@ def cron(
     for name in pause:
         app.pause_schedule(name)
         if not as_json:
-            click.echo(f"paused {name}")
+            _echo(f"paused {name}")
     for name in resume:
         app.resume_schedule(name)
         if not as_json:
-            click.echo(f"resumed {name}")
+            _echo(f"resumed {name}")
     stored = app.stored_schedules()
     if as_json:
         for sched in stored:
@@ -790,24 +804,24 @@ def cron(
     for sched in stored:
         state = "inactive" if not sched.active else "paused" if sched.paused else "active"
         table.add_row(
-            sched.name,
-            _ticks(sched),
-            sched.catch_up,
-            sched.job.name,
-            sched.job.queue,
+            cell(sched.name),
+            cell(_ticks(sched)),
+            cell(sched.catch_up),
+            cell(sched.job.name),
+            cell(sched.job.queue),
             state,
-            _when(to_datetime(sched.next_run_at)) if state == "active" else "",
-            _when(to_datetime(sched.last_run_at)),
+            _at(sched.next_run_at) if state == "active" else "",
+            _at(sched.last_run_at),
             "yes" if sched.name in defined else "no",
         )
     for name in sorted(defined - {s.name for s in stored}):
         sched = app.declared_schedules[name]
         table.add_row(
-            name,
-            _ticks(sched),
-            sched.catch_up,
-            sched.job.name,
-            sched.job.queue,
+            cell(name),
+            cell(_ticks(sched)),
+            cell(sched.catch_up),
+            cell(sched.job.name),
+            cell(sched.job.queue),
             "not stored yet",
             "",
             "",
@@ -819,7 +833,8 @@ def cron(
 def _ticks(sched: Schedule) -> str:
     """A schedule's ticks in a few words: "0 9 * * 1-5 (Europe/Berlin)" or "every 30s"."""
     if sched.cron is None:
-        return f"every {sched.every:g}s"
+        every = sched.every
+        return f"every {every:g}s" if isinstance(every, float | int) else f"every {every!r}"
     return sched.cron if sched.timezone == "UTC" else f"{sched.cron} ({sched.timezone})"
 
 
@@ -852,9 +867,14 @@ def demo(orders: int, db: str | None, workers: int, concurrency: int) -> None:
 # --- entry point --------------------------------------------------------------------------------
 
 
+def _echo(line: str, err: bool = False) -> None:
+    """One line of output holding values from jobs or the store: control characters escaped."""
+    click.echo(printable(line), err=err)
+
+
 def _fail(message: str, code: int) -> NoReturn:
     line = " ".join(scrub(message).split())  # a driver's error may quote its DSN
-    click.echo(f"error: {line}", err=True)
+    _echo(f"error: {line}", err=True)
     sys.exit(code)
 
 

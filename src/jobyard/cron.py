@@ -37,6 +37,12 @@ from .errors import ConfigurationError
 CATCH_UP_MAX = 100  # catch_up="all": at most this many jobs for the ticks of one outage
 LATE_AFTER = 60.0  # catch_up="none": a tick later than this (seconds) counts as missed
 MIN_EVERY = 1.0  # seconds: workers tick about once a second
+# seconds: 100 years, the longest delay a job may have (``backends.base.MAX_DELAY``, which this
+# module of rules does not import): a tick beyond it would be a time no datetime can hold.
+MAX_EVERY = 100 * 365 * 86400.0
+# Names a host's zoneinfo directory may hold that name no IANA zone, or one that differs
+# from host to host ("localtime" is a link to the host's own zone on many systems).
+_HOST_ZONES = frozenset({"localtime", "posixrules"})
 _TOLERANCE = 0.001  # seconds: the stores' tick comparison; a tick is never its own next tick
 _SEARCH_LIMIT = 100_000  # candidate local times tried for one tick (a repeated hour of seconds)
 CATCH_UPS = ("latest", "all", "none")  # the policies (typed as CatchUp in backends/base.py)
@@ -101,10 +107,11 @@ def check_rule(
             isinstance(every, bool)
             or not isinstance(every, int | float)
             or not math.isfinite(every)
-            or every < MIN_EVERY
+            or not MIN_EVERY <= every <= MAX_EVERY
         ):
             raise ConfigurationError(
-                f"invalid every={every!r}: a number of seconds, at least {MIN_EVERY:g}"
+                f"invalid every={every!r}: a number of seconds from {MIN_EVERY:g} to "
+                f"{MAX_EVERY:.0f} (100 years)"
             )
         if timezone != "UTC":
             raise ConfigurationError(
@@ -112,10 +119,14 @@ def check_rule(
                 "cron expressions"
             )
     try:
+        if timezone != "UTC" and timezone not in _iana_zones():
+            raise KeyError(timezone)  # a path, or a host's own name: ticks would differ by host
         _zone(timezone)
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, OSError):
         hint = "an IANA name such as 'Europe/Berlin'"
-        if not available_timezones():
+        if isinstance(timezone, str) and timezone in _HOST_ZONES:
+            hint = f"it names each host's own zone, so ticks would differ by host: give {hint}"
+        elif not _iana_zones():
             hint = "this host has no time zone database: `pip install tzdata`"
         raise ConfigurationError(f"{what}: unknown timezone {timezone!r} ({hint})") from None
     if catch_up not in CATCH_UPS:
@@ -123,6 +134,13 @@ def check_rule(
             f"{what}: catch_up must be one of {', '.join(map(repr, CATCH_UPS))}, not {catch_up!r}"
         )
     return cron, None if every is None else float(every), timezone, catch_up
+
+
+@lru_cache(maxsize=1)
+def _iana_zones() -> frozenset[str]:
+    """The IANA zone names this host knows (its zoneinfo directory, else the tzdata package),
+    without the host-specific ones; read once, as the scan takes some 50 ms."""
+    return frozenset(available_timezones()) - _HOST_ZONES
 
 
 @lru_cache(maxsize=64)

@@ -11,6 +11,7 @@ jobyard's own URL parameters are taken out before the rest goes to libpq:
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 import select
@@ -32,6 +33,43 @@ from ...errors import ConfigurationError, StoreUnavailable
 SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 DEFAULT_POOL_MIN = 1
 DEFAULT_POOL_MAX = 20
+
+# libpq checks these values only when it connects, and its refusal then reads like an outage
+# (a pool retries it forever): they are checked here, so a typo is a ConfigurationError at once.
+# The values are libpq's (https://www.postgresql.org/docs/current/libpq-connect.html); an
+# option this libpq does not know at all is refused by conninfo_to_dict already.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": (
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
+    ),
+    "load_balance_hosts": ("disable", "random"),
+    "sslcertmode": ("disable", "allow", "require"),
+    "sslnegotiation": ("postgres", "direct"),
+}
+_INTEGERS = (
+    "connect_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "tcp_user_timeout",
+    "sslcompression",
+    "sslsni",
+)
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")  # as libpq's parse_int_param reads one
+# What libpq says when it refuses an option's value at connect time (before any network):
+# for options checked nowhere above, a one-shot command still reports bad input, not an outage.
+_LIBPQ_REFUSED = re.compile(
+    r"invalid (integer value|port number|\w+ value)|could not match \d+ port numbers"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +135,7 @@ def parse_url(url: str) -> Settings:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(f"invalid PostgreSQL URL: {scrub(str(exc))}") from None
+    _check_values(given)
     kwargs: dict[str, Any] = {"autocommit": True}
     # Generic plans for jobyard's prepared statements: planning the claim afresh each time (a
     # custom plan, PostgreSQL's first choice) costs several times its execution, and none of
@@ -112,6 +151,35 @@ def parse_url(url: str) -> Settings:
         options += f" -c search_path={schema},pg_temp"
     kwargs["options"] = options.strip()
     return Settings(conninfo, kwargs, schema, pool_min, pool_max, async_commit)
+
+
+def _check_values(given: dict[str, Any]) -> None:
+    """Refuse the values libpq would refuse only when connecting (see :data:`_CHOICES`)."""
+    for item in str(given.get("port") or "").split(","):
+        if item.strip() and not (_INTEGER.fullmatch(item) and 1 <= int(item) <= 65535):
+            raise ConfigurationError(
+                f"invalid PostgreSQL URL: port {item.strip()!r} is not a number from 1 to 65535"
+            )
+    for item in str(given.get("hostaddr") or "").split(","):
+        try:
+            if item.strip():
+                ipaddress.ip_address(item.strip())
+        except ValueError:
+            raise ConfigurationError(
+                f"invalid PostgreSQL URL: hostaddr {item.strip()!r} is not an IP address"
+            ) from None
+    for name, choices in _CHOICES.items():
+        value = given.get(name)
+        if value is not None and str(value) not in choices:
+            raise ConfigurationError(
+                f"invalid PostgreSQL URL: {name}={value!r} is not one of {', '.join(choices)}"
+            )
+    for name in _INTEGERS:
+        value = given.get(name)
+        if value is not None and not _INTEGER.fullmatch(str(value)):
+            raise ConfigurationError(
+                f"invalid PostgreSQL URL: {name}={value!r} is not a whole number"
+            )
 
 
 def is_dropped(conn: psycopg.Connection[Any]) -> bool:
@@ -149,6 +217,8 @@ def probe(settings: Settings, timeout: float) -> None:
         conn = psycopg.connect(settings.conninfo, **kwargs)
     except psycopg.Error as exc:
         cause = scrub(str(exc).removeprefix("connection failed: "))
+        if isinstance(exc, psycopg.ProgrammingError) or _LIBPQ_REFUSED.search(cause):
+            raise ConfigurationError(f"invalid PostgreSQL URL: {cause}") from None
         raise StoreUnavailable(cause) from None
     conn.close()
 

@@ -4,6 +4,7 @@ scripts, and calling through dropped connections and restarts."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.commands.core import Script
 from redis.retry import Retry
 
+from ..._secrets import scrub
 from ...errors import ConfigurationError, StoreUnavailable
 
 log = logging.getLogger("jobyard.redis")
@@ -100,11 +102,25 @@ def _nodes(hosts: str) -> tuple[tuple[str, int], ...]:
     for item in hosts.split(","):
         host, _, port = item.strip().rpartition(":") if ":" in item else (item, "", "6379")
         host = host.strip("[]") or "127.0.0.1"
-        try:
-            nodes.append((host, int(port or 6379)))
-        except ValueError:
-            raise ConfigurationError(f"bad port in Redis host {item!r}") from None
+        number = int(port) if port.isascii() and port.isdigit() else -1 if port else 6379
+        if not 1 <= number <= 65535:
+            raise ConfigurationError(f"bad port in Redis host {item!r}: a number from 1 to 65535")
+        nodes.append((host, number))
     return tuple(nodes)
+
+
+def _check_client_url(client_url: str) -> None:
+    """Build one connection object as redis-py would for ``client_url``, without connecting:
+    redis-py reads the URL's options only then, and an unknown one (a ``TypeError``) or a bad
+    value would otherwise surface at the first command, where it reads like an outage."""
+    try:
+        redis.ConnectionPool.from_url(client_url).make_connection()
+    except TypeError as exc:
+        named = re.search(r"argument '(\w+)'", str(exc))
+        what = repr(named.group(1)) if named else f"({exc})"
+        raise ConfigurationError(f"invalid Redis URL: redis-py takes no option {what}") from None
+    except (ValueError, redis.exceptions.RedisError) as exc:
+        raise ConfigurationError(f"invalid Redis URL: {scrub(str(exc))}") from None
 
 
 def parse_url(url: str) -> Settings:
@@ -126,7 +142,7 @@ def parse_url(url: str) -> Settings:
         raise ConfigurationError(
             f"the Redis database must be a number (redis://host:6379/0), got {db[:20]!r}"
         )
-    if cluster and db not in ("", "0"):
+    if cluster and (db not in ("", "0") or any(k == "db" and v != "0" for k, v in theirs)):
         raise ConfigurationError("Redis Cluster has database 0 only")
     client_scheme = "rediss" if scheme.startswith("rediss") else "redis"
     userinfo, _, hosts = parts.netloc.rpartition("@")
@@ -137,6 +153,7 @@ def parse_url(url: str) -> Settings:
     client_url = urlunsplit(
         parts._replace(scheme=client_scheme, netloc=first, query=urlencode(theirs))
     )
+    _check_client_url(client_url)
     return Settings(
         client_url=client_url,
         cluster=cluster,

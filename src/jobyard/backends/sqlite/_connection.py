@@ -10,6 +10,7 @@ import time
 import weakref
 from collections.abc import Iterator
 
+from ..._secrets import mask_url
 from ...errors import ConfigurationError, JobyardError
 
 PREFIX = "sqlite:///"
@@ -29,13 +30,20 @@ def parse_url(url: str) -> str:
         raise ConfigurationError(
             f"invalid SQLite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
         )
-    path = url[len(PREFIX) :].split("?", 1)[0]
+    path, _, options = url[len(PREFIX) :].partition("?")
+    if "\x00" in path:
+        raise ConfigurationError(f"invalid SQLite URL {url!r}: a path cannot hold NUL")
     if not path or path.endswith("/"):
         raise ConfigurationError(f"invalid SQLite URL {url!r}: it names no database file")
     if path == ":memory:" or path.startswith("file:"):
         raise ConfigurationError(
             f"unsupported SQLite URL {url!r}: jobyard needs a database file that worker "
             "processes can share, not an in-memory database"
+        )
+    if options:  # SQLite reads none: a typo in one would pass unnoticed
+        raise ConfigurationError(
+            f"invalid SQLite URL {mask_url(url)!r}: it takes no options; "
+            "name the database file only"
         )
     path = os.path.realpath(path)
     folder = os.path.dirname(path)
