@@ -120,15 +120,22 @@ def test_an_input_completed_before_its_steps_queue_is_written_still_counts(
 
 
 @pytest.mark.parametrize("kind", ["cluster"])
-def test_an_owed_release_survives_the_purge_of_its_input(backend: RedisBackend) -> None:
-    # given a release owed by a caller that died, whose completed input is then purged
-    _, join = insert(backend, step(queue="b"), step(0, queue="a"))
+def test_an_owed_release_keeps_its_input_from_a_purge(backend: RedisBackend) -> None:
+    # given a release owed by a caller that died: its completed input waits to be paid
+    first, join = insert(backend, step(queue="b"), step(0, queue="a"))
     backend._ack(JobsAckParams(completed(backend, "b")))
-    assert backend.jobs_purge(JobsPurgeParams(statuses=("completed",))) == 1
-    # when the watchdog runs, it still pays the release (the owed entry keeps the dependents)
+    # then a purge keeps the input: the join, which has not run, still needs its result
+    purged = backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))
+    assert (int(purged), purged.kept) == (0, 1)
+    # when the watchdog runs, it pays the release
     backend.leases_reap(LeasesReapParams())
     assert status(backend, join) == "pending"
     assert backend.client.hlen(backend.keys.owed("b")) == 0
+    # and once the join completed (its hold paid across slots too), the purge takes both
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    assert backend.client.hlen(backend.keys.owed("a")) == 0
+    assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 2
+    assert backend.jobs_get(first) is None
 
 
 @pytest.mark.parametrize("kind", ["cluster"])
