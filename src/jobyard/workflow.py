@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
@@ -383,6 +383,46 @@ def place_of(payload: str) -> str | None:
     except (ValueError, AttributeError, RecursionError):  # not ours: shown without a place
         return None
     return at if isinstance(at, str) else None
+
+
+def purge_plan(
+    matched: Sequence[Job], read: Callable[[Sequence[str]], dict[str, Job]]
+) -> tuple[list[Job], int, int]:
+    """What a purge would do to the finished jobs ``matched`` (those its filter selects), as
+    the stores do it (``JobsPurgeParams``), for ``jobyard purge --dry-run``: the jobs it would
+    delete among them, how many waiting steps downstream it would delete with them, and how
+    many completed jobs it would keep because a step that has not completed needs them.
+    ``read(ids)`` reads jobs by id (missing ones left out). Reads only the links of workflow
+    jobs: a plain job costs nothing more."""
+    by_id = {j.id: j for j in matched}
+    linked = [j for j in matched if j.children]
+    children = _read_all(read, [c for j in linked for c in j.children])
+
+    def holders(job: Job, gone: set[str]) -> bool:
+        return any(
+            c in children and children[c].status != Status.COMPLETED and c not in gone
+            for c in job.children
+        )
+
+    held = {j.id for j in linked if j.status == Status.COMPLETED and holders(j, set())}
+    doomed = {i for i in by_id if i not in held}
+    waiting: dict[str, Job] = {}
+    frontier = [by_id[i] for i in doomed if by_id[i].status != Status.COMPLETED]
+    while frontier:  # breadth first, level by level: one read per level
+        ids = [c for j in frontier for c in j.children if c not in waiting and c not in doomed]
+        frontier = [g for g in _read_all(read, ids).values() if g.status == Status.WAITING]
+        waiting.update((g.id, g) for g in frontier)
+    gone = doomed | waiting.keys()
+    freed = {i for i in held if not holders(by_id[i], gone)}
+    return [j for j in matched if j.id in doomed or j.id in freed], len(waiting), len(held - freed)
+
+
+def _read_all(read: Callable[[Sequence[str]], dict[str, Job]], ids: list[str]) -> dict[str, Job]:
+    unique = list(dict.fromkeys(ids))
+    out: dict[str, Job] = {}
+    for start in range(0, len(unique), 1000):
+        out.update(read(unique[start : start + 1000]))
+    return out
 
 
 class WorkflowReader(Protocol):

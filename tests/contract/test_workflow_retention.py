@@ -279,3 +279,37 @@ def test_a_workflow_whose_failed_step_was_purged_raises_at_once(
     # then the workflow's result says it is gone, at once rather than after the timeout
     with pytest.raises(jobyard.JobNotFound, match="could never run"):
         handle.result(timeout=60)
+
+
+def test_a_dry_run_counts_what_the_purge_then_does(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    app = make_app(clock)
+    backend = app.backend
+    # given a group whose second member failed (a join and a step after it wait), and a chain
+    # x -> y whose y still waits for a worker
+    m1, m2, m3, _, _, x, _ = insert(
+        backend,
+        step("a"),
+        step("b"),
+        step("c"),
+        step("a", 0, 1, 2),
+        step("b", 3),
+        step("c"),
+        step("a", 5),
+    )
+    for job_id in (m1, m3, x):
+        settle(backend, job_id)
+    settle(backend, m2, "failed")
+    clock.advance(100)
+    # when a purge of everything is previewed, then it counts what the purge then does
+    preview = app.purge_preview(older_than=10)
+    assert preview == {"completed": 2, "failed": 1, "cancelled": 0, "waiting": 2, "kept": 1}
+    purged = app.purge(older_than=10)
+    assert (int(purged), purged.waiting, purged.kept) == (5, 2, 1)
+    assert app.purge_preview(older_than=10) == {
+        "completed": 0,
+        "failed": 0,
+        "cancelled": 0,
+        "kept": 1,
+    }

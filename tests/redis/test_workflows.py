@@ -13,6 +13,7 @@ import pytest
 from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsListParams,
     JobsPurgeParams,
     LeasesReapParams,
@@ -20,7 +21,7 @@ from jobyard.backends.base import (
 )
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.clock import FrozenClock
-from tests.redis.conftest import insert, new
+from tests.redis.conftest import insert, new, url_for
 
 FLOW = "wf-1"
 
@@ -194,4 +195,79 @@ def test_purging_a_workflow_drops_its_index(backend: RedisBackend, clock: Frozen
     # then the workflow's index and its job -> workflow entries are gone
     tag = backend.keys.tag("q")
     assert backend.client.exists(f"{tag}:wf:{FLOW}", backend.keys.queue("q")[15]) == 0
+    assert backend.jobs_list(JobsListParams(workflow_id=FLOW)) == []
+
+
+def job_ttl(backend: RedisBackend, job_id: str) -> int:
+    queue, n = job_id.rsplit(":", 1)
+    return int(backend.client.ttl(backend.keys.job(queue, n)))
+
+
+def test_a_held_input_gets_no_key_ttl_until_freed(kind: str, clock: FrozenClock) -> None:
+    # given a store that keeps completed jobs a second, and a chain a -> b across queues
+    backend = RedisBackend(url_for(kind, result_ttl=1), clock)
+    try:
+        a, b = insert(backend, step(queue="a"), step(0, queue="b"))
+        backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+        # then a, whose result b still needs, has no TTL and is in no index retention walks
+        assert job_ttl(backend, a) == -1
+        assert backend.client.zcard(backend.keys.queue("a")[7]) == 0  # done:completed
+        assert backend.client.zcard(f"{backend.keys.tag('a')}:held") == 1
+        # when b completes (its hold paid across slots on Cluster), a is freed: a TTL, indexed
+        backend.jobs_ack(JobsAckParams(completed(backend, "b")))
+        assert 0 < job_ttl(backend, a) <= 1 and 0 < job_ttl(backend, b) <= 1
+        assert backend.client.zcard(f"{backend.keys.tag('a')}:held") == 0
+        assert backend.client.zcard(backend.keys.queue("a")[7]) == 1
+        assert backend.client.hget(backend.keys.job("a", a.rsplit(":", 1)[1]), "holds") is None
+    finally:
+        backend.close()
+
+
+def test_failed_workflow_jobs_expire_with_their_waiting_steps(
+    kind: str, clock: FrozenClock
+) -> None:
+    # given failed jobs kept 60 s: a plain one, and the middle step of a -> boom -> b
+    backend = RedisBackend(url_for(kind, failed_ttl=60), clock)
+    try:
+        (plain,) = insert(backend, new(queue="b"))
+        a, boom, b = insert(backend, step(queue="a"), step(0, queue="b"), step(1, queue="c"))
+        backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+        held = backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))
+        backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "failed") for c in held]))
+        # then the plain one expires by its key TTL; the workflow step has none: only
+        # jobs_expire may drop it, and must take b along
+        assert 0 < job_ttl(backend, plain) <= 60 and job_ttl(backend, boom) == -1
+        clock.advance(120)
+        assert backend.jobs_expire(JobsExpireParams()) == 3
+        assert [backend.jobs_get(i) for i in (plain, boom, b)] == [None, None, None]
+        # and a, held by boom until then, is freed for its retention
+        assert status(backend, a) == "completed" and job_ttl(backend, a) > 0
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_holds_and_drops_left_owed_by_a_dead_caller_are_paid_by_the_reaper(
+    backend: RedisBackend,
+) -> None:
+    # given a -> boom -> b -> c across three queues (three slots)
+    a, boom, b, c = insert(
+        backend, step(queue="a"), step(0, queue="b"), step(1, queue="c"), step(2, queue="a")
+    )
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    held = backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))
+    backend.jobs_ack(JobsAckParams([Outcome(h.id, h.token, "failed") for h in held]))
+    # when a purge of queue "b" runs its script and its caller dies before paying what it owes
+    args = [backend.core.now(), "1", "0", "100", "0", backend.keys.prefix, "", "failed"]
+    reply = backend.core.run("jobs_purge", backend.keys.queue("b"), args)
+    assert [int(x) for x in reply[:4]] == [1, 0, 0, 0]
+    assert sorted(e[2][:1] for e in reply[4:]) == ["d", "f"]
+    assert status(backend, b) == "waiting" and status(backend, a) == "completed"
+    # then the watchdog pays it: b and c (which b's drop owes in turn) are gone, a is freed
+    backend.leases_reap(LeasesReapParams())
+    assert [backend.jobs_get(i) for i in (boom, b, c)] == [None, None, None]
+    assert {q: backend.client.hlen(backend.keys.owed(q)) for q in "abc"} == dict.fromkeys("abc", 0)
+    assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 1
+    # and paying the same again changes nothing
+    backend._settle([("b", ["owed", 1, e[2], e[3]]) for e in reply[4:]])
     assert backend.jobs_list(JobsListParams(workflow_id=FLOW)) == []
