@@ -102,10 +102,11 @@ def test_purge_reads_only_the_finished_partitions_it_names(
     backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed", result="1")]))
     params = {"statuses": ["completed"], "now": None, "older_than": 0.0, "queue": None}
     text = plan(connect, Q.jobs_purge, params)
-    assert "jobs_pending" not in text and "jobs_running" not in text  # the hot path: untouched
-    for other in ("jobs_failed", "jobs_cancelled"):
-        scan = next(line for line in text.splitlines() if f"Scan on {other}" in line)
-        assert "never executed" in scan
+    # the hot partitions and the waiting one (the steps downstream of a deleted workflow job)
+    # are in the plan, behind one-time filters that keep them unread when no workflow job goes
+    for other in ("jobs_failed", "jobs_cancelled", "jobs_pending", "jobs_running", "jobs_waiting"):
+        scans = [line for line in text.splitlines() if f"Scan on {other}" in line]
+        assert scans and all("never executed" in scan for scan in scans), text
     assert backend.jobs_purge(JobsPurgeParams(("completed",))) == 1
 
 

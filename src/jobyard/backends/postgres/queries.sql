@@ -465,6 +465,8 @@ WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
 -- the others lose their holds (`unheld`). The two are told apart on the snapshot, and READ
 -- COMMITTED re-checks the row each locks: a concurrent ack can only lower holds further, so a
 -- row chosen for `freed` still qualifies, and one left to `unheld` is freed for the next purge.
+-- Each of those CTEs opens with an uncorrelated EXISTS, a one-time filter: a purge that deletes
+-- no workflow job never executes their scans, of the hot partitions above all.
 -- Returns (jobs deleted, of which waiting steps, held completed jobs kept).
 WITH RECURSIVE completed AS (
     DELETE FROM jobs_completed AS j
@@ -507,7 +509,7 @@ down (id) AS (
 ),
 waiting AS (
     DELETE FROM jobs_waiting AS w
-    WHERE w.id = ANY(ARRAY(SELECT id FROM down ORDER BY id))
+    WHERE EXISTS (SELECT 1 FROM down) AND w.id = ANY(ARRAY(SELECT id FROM down ORDER BY id))
     RETURNING w.id, w.queue, w.status, w.depends_on, w.dependents
 ),
 gone AS (
@@ -529,7 +531,8 @@ targets AS (
                                 - %(older_than)s::float8
            AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text) AS goes
     FROM jobs AS j JOIN losses AS l ON l.id = j.id
-    WHERE j.id = ANY(ARRAY(SELECT id FROM losses)) AND j.holds IS NOT NULL
+    WHERE EXISTS (SELECT 1 FROM losses)
+      AND j.id = ANY(ARRAY(SELECT id FROM losses)) AND j.holds IS NOT NULL
 ),
 freed AS (
     DELETE FROM jobs_completed AS j
@@ -541,7 +544,8 @@ unheld AS (
     UPDATE jobs AS j
     SET holds = j.holds - t.k
     FROM targets AS t
-    WHERE NOT t.goes AND j.id = ANY(ARRAY(SELECT id FROM targets WHERE NOT goes ORDER BY id))
+    WHERE EXISTS (SELECT 1 FROM targets WHERE NOT goes)
+      AND NOT t.goes AND j.id = ANY(ARRAY(SELECT id FROM targets WHERE NOT goes ORDER BY id))
       AND j.id = t.id
 ),
 counted AS (
