@@ -11,6 +11,7 @@ Steps sit in three queues so that on Redis Cluster every link crosses a hash slo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +92,8 @@ def test_a_completed_input_is_kept_while_its_step_waits(
         backend.queues_configure(QueueConfig(q, retention=1))
     a, b, c = insert(backend, step("a"), step("b", 0), step("c", 1))
     settle(backend, a)
+    recent = {s.queue: s.completed_last_minute for s in backend.stats_get(StatsParams())}
+    assert recent["a"] == 1  # a held job is counted as any completed one
     clock.advance(100)
     # when retention and an explicit purge of completed jobs run
     retention(backend)
@@ -313,3 +316,47 @@ def test_a_dry_run_counts_what_the_purge_then_does(
         "cancelled": 0,
         "kept": 1,
     }
+
+
+class _Reader:
+    """A workflow as a store might hold one written before purges took waiting steps along:
+    step b waits for job boom, which is gone."""
+
+    def __init__(self, jobs: list[jobyard.Job]) -> None:
+        self.jobs = {j.id: j for j in jobs}
+
+    def get(self, job_id: str) -> jobyard.Job:
+        return self.jobs[job_id]
+
+    def workflow(self, workflow_id: str) -> jobyard.Workflow:
+        from jobyard.workflow import build_workflow
+
+        return build_workflow(workflow_id, list(self.jobs.values()), {})
+
+    def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> jobyard.Workflow:
+        raise NotImplementedError
+
+    def results(self, ids: Any) -> dict[str, jobyard.Job]:
+        return {i: self.jobs[i] for i in ids if i in self.jobs}
+
+
+def test_the_result_of_a_stranded_workflow_raises_instead_of_waiting(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    from jobyard.workflow import WorkflowHandle
+
+    app = make_app()
+
+    @app.job
+    def one(x: int = 0) -> int:
+        return x
+
+    # given a workflow a -> b whose b waits for a job that is no longer stored
+    handle = chain(one.s(), one.s()).enqueue()
+    a, b = (app.get(i) for i in handle.ids)
+    stranded = dataclasses.replace(b, depends_on=("gone-1",))
+    reader = _Reader([a, stranded])
+    # then its result names the missing job within the second it reads the whole workflow
+    waiting = WorkflowHandle(reader, handle.id, handle.ids, b.id)
+    with pytest.raises(jobyard.JobNotFound, match="gone-1"):
+        waiting.result(timeout=10)

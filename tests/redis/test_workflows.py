@@ -271,3 +271,22 @@ def test_holds_and_drops_left_owed_by_a_dead_caller_are_paid_by_the_reaper(
     # and paying the same again changes nothing
     backend._settle([("b", ["owed", 1, e[2], e[3]]) for e in reply[4:]])
     assert backend.jobs_list(JobsListParams(workflow_id=FLOW)) == []
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_an_owed_hold_paid_twice_counts_once(backend: RedisBackend) -> None:
+    # given x in "a" that two steps need, y in "b" and z in "c"
+    x, y, z = insert(backend, step(queue="a"), step(0, queue="b"), step(0, queue="c"))
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    # when y completes and the hold it owes x is paid twice (a caller and the watchdog)
+    refused, notes = backend._ack(JobsAckParams(completed(backend, "b")))
+    assert refused == [] and [n[1][2][:1] for n in notes] == ["f"]
+    backend._settle(notes)
+    backend._settle(notes)
+    # then x is still held for z, which has not run (y, needed by nobody, goes)
+    purged = backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))
+    assert (int(purged), purged.kept, status(backend, x)) == (1, 1, "completed")
+    # and z's completion frees it
+    backend.jobs_ack(JobsAckParams(completed(backend, "c")))
+    assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 2
+    assert [backend.jobs_get(i) for i in (x, y, z)] == [None, None, None]
