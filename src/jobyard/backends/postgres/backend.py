@@ -460,7 +460,8 @@ class PostgresBackend:
             "older_than": float(params.older_than),
             "queue": params.queue,
         }
-        rows = self._run(lambda c: self._fetch(c, Q.jobs_purge, args))
+        steps: list[_caller.Step] = [(Q.purge_fence, None), (Q.jobs_purge, args)]
+        rows = self._run(lambda c: self._locked(c, steps))
         jobs, waiting, kept = rows[0]
         return Purged(int(jobs), int(waiting), int(kept))
 

@@ -364,7 +364,14 @@ class SQLiteBackend:
                 "queue": params.queue,
                 "now": self._now(conn),
             }
-            rows = conn.execute(q["jobs_purge"], args).fetchall()
+            queues = (
+                [params.queue]
+                if params.queue is not None
+                else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
+            )
+            rows = []
+            for queue in queues:  # one index range per queue and status (see jobs_purge)
+                rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
             # Workflows: the steps that can never run now go too, and every job deleted before
             # it completed no longer holds its inputs; those it freed go if they match.
             inputs = [r[2] for r in rows if r[1] != "completed" and r[4] > 0]

@@ -198,15 +198,24 @@ SET status = 'pending',
 WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING {{_job_record}}
 
+-- name: jobs_purge_queues
+-- The queues that hold finished jobs of :statuses (a JSON array): job_counts, one row each.
+SELECT DISTINCT queue FROM job_counts
+WHERE status IN (SELECT value FROM json_each(:statuses)) AND n > 0
+
 -- name: jobs_purge
--- Finished jobs past the cutoff, but the held ones (a completed job a workflow step that has not
--- completed still needs: 0008_workflow_holds.sql). Returns what jobs_purge_waiting and
--- jobs_unhold need next: the ids of jobs that waited on inputs (fanin) or were waited on.
--- :now is the transaction's instant (clock_now), so every statement of a purge cuts alike.
+-- Finished jobs of one queue past the cutoff, but the held ones (a completed job a workflow step
+-- that has not completed still needs: 0008_workflow_holds.sql). The queue is one plain equality,
+-- so each status is one range of jobs_status (status, queue, finished_at) that ends at the
+-- cutoff: what is kept is never read but the held jobs past it (`(:queue IS NULL OR ...)` read
+-- every finished job of the status instead, 24 ms per call with 400,000 completed jobs).
+-- Returns what jobs_purge_waiting and jobs_unhold need next: the ids of jobs that waited on
+-- inputs (fanin) or were waited on. :now is the transaction's instant (clock_now), so every
+-- statement of a purge cuts alike.
 DELETE FROM jobs
 WHERE status IN (SELECT value FROM json_each(:statuses))
+  AND queue = :queue
   AND finished_at <= :now - :older_than
-  AND (:queue IS NULL OR queue = :queue)
   AND NOT (status = 'completed' AND holds > 0)
 RETURNING queue, status, id, fanin, fanout
 
