@@ -360,3 +360,33 @@ def test_the_result_of_a_stranded_workflow_raises_instead_of_waiting(
     waiting = WorkflowHandle(reader, handle.id, handle.ids, b.id)
     with pytest.raises(jobyard.JobNotFound, match="gone-1"):
         waiting.result(timeout=10)
+
+
+def test_cancelling_a_workflow_stopped_by_a_failed_step_reaches_its_waiting_steps(
+    make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock
+) -> None:
+    app = make_app(clock)
+
+    @app.job(queue="a")
+    def one(x: int = 0) -> int:
+        return x + 1
+
+    @app.job(queue="b", max_attempts=1)
+    def boom(x: int) -> int:
+        raise RuntimeError("boom")
+
+    # given chain(one, boom, one, one) whose second step failed
+    handle = chain(one.s(), boom.s(), one.s(), one.s()).enqueue()
+    drain(app, ["a", "b"])
+    first, failed, *after = handle.ids
+    # when the workflow is cancelled, then the steps that waited are cancelled, the rest stays
+    flow = handle.cancel(by="ops")
+    assert [j.status.value for j in flow.jobs] == ["completed", "failed", "cancelled", "cancelled"]
+    assert {app.get(i).cancelled_by for i in after} == {"ops"}
+    # and a purge of the stopped steps leaves nothing waiting, freeing the first step
+    clock.advance(100)
+    purged = app.purge(["failed", "cancelled"], older_than=10)
+    assert (int(purged), purged.waiting) == (3, 0)
+    assert [app.get(first).status.value] == ["completed"]
+    assert int(app.purge(["completed"], older_than=10)) == 1
+    assert app.results([first, failed, *after]) == {}

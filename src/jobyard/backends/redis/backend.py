@@ -33,9 +33,11 @@ into each script as ``ARGV[1]``.
 Retention: completed jobs (and results) expire ``result_ttl`` seconds after they finish (URL
 ``?result_ttl=``, default a day: a completed job holds about 0.64 KB of Redis memory, so a
 million jobs a day keep about 0.64 GB; a week would be 4.5 GB); failed and cancelled jobs are
-kept until purged unless ``?failed_ttl=`` is set. Other URL options: ``prefix`` (key prefix,
-default ``jobyard``), ``retry_for`` (seconds to keep retrying while Redis is unreachable,
-default 20) and ``socket_timeout`` (default 30); anything else goes to redis-py.
+kept until purged unless ``?failed_ttl=`` is set. A completed job a workflow step that has not
+completed still needs is held instead: no TTL, in a set of its own that retention never walks,
+until the move that takes its last hold off (``_flows.lua``). Other URL options: ``prefix``
+(key prefix, default ``jobyard``), ``retry_for`` (seconds to keep retrying while Redis is
+unreachable, default 20) and ``socket_timeout`` (default 30); anything else goes to redis-py.
 """
 
 from __future__ import annotations
