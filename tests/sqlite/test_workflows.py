@@ -184,6 +184,7 @@ def test_0008_holds_the_inputs_of_the_workflows_a_file_holds(
             (status, T0, T0, T0, PAYLOAD, FLOW, fanin, fanout),
         )
     conn.executemany("INSERT INTO job_links VALUES (?, 0, ?)", [(2, 1), (4, 3)])
+    conn.execute("INSERT INTO job_counts VALUES ('q', 'completed', 3), ('q', 'failed', 1)")
     conn.close()
     # when a backend opens it, then a purge of completed jobs keeps a, which b may still need
     backend = open_backend(FrozenClock(T0 + 100), at=f"sqlite:///{tmp_path}/old.db")
