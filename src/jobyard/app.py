@@ -23,6 +23,7 @@ from .backends.base import (
     JobsCancelParams,
     JobsListParams,
     JobsPurgeParams,
+    Purged,
     QueueConfig,
     QueueStats,
     Schedule,
@@ -36,7 +37,7 @@ from .errors import ConfigurationError, InvalidTransition, JobNotFound
 from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
 from .retry import Backoff, as_backoff
-from .workflow import MAX_WORKFLOW, Workflow, build_workflow, place_of
+from .workflow import MAX_WORKFLOW, Workflow, build_workflow, place_of, purge_plan
 
 if TYPE_CHECKING:
     from .worker.worker import Worker
@@ -341,22 +342,29 @@ class App:
         queue: str | None = None,
     ) -> dict[str, int]:
         """How many jobs :meth:`purge` with these arguments would delete now, per status
-        (``jobyard purge --dry-run``). It reads every finished job that matches: cheap for a
-        dead letter, slow for millions of completed jobs."""
+        (``jobyard purge --dry-run``), then, when there are any, ``"waiting"``: the workflow
+        steps downstream it would delete with them, and ``"kept"``: the completed jobs it
+        would keep because a step that has not completed needs them (not deleted). It reads
+        every finished job that matches: cheap for a dead letter, slow for millions of
+        completed jobs."""
         cutoff = self.backend.clock_now() - older_than
-        counts: dict[str, int] = {}
+        matched: list[Job] = []
         page = 1000
         for status in dict.fromkeys(statuses):
-            n, offset = 0, 0
+            offset = 0
             while batch := self.jobs(queue=queue, status=status, limit=page, offset=offset):
                 offset += len(batch)
-                n += sum(
-                    1
+                matched += [
+                    j
                     for j in batch
                     if j.finished_at is not None and j.finished_at.timestamp() <= cutoff
-                )
-            counts[status] = n
-        return counts
+                ]
+        going, waiting, kept = purge_plan(matched, self.results)
+        counts = dict.fromkeys(dict.fromkeys(statuses), 0)
+        for job in going:
+            counts[job.status.value] += 1
+        extra = {"waiting": waiting, "kept": kept}
+        return {**counts, **{k: n for k, n in extra.items() if n}}
 
     def retry(self, job_id: str) -> Job:
         """Re-drive a failed or cancelled job: pending again, with its attempts reset. A workflow
@@ -380,8 +388,11 @@ class App:
         statuses: Sequence[str] = FINISHED,
         older_than: float = 0.0,
         queue: str | None = None,
-    ) -> int:
-        """Delete finished jobs finished at least ``older_than`` seconds ago."""
+    ) -> Purged:
+        """Delete finished jobs finished at least ``older_than`` seconds ago, but the completed
+        ones a workflow step that has not completed still needs (counted in ``.kept``), with
+        the waiting workflow steps that wait on a deleted job, which could never run
+        (``.waiting``, within the total). The result is the number of jobs deleted."""
         return self.backend.jobs_purge(JobsPurgeParams(tuple(statuses), older_than, queue))
 
     def stats(self, queues: Sequence[str] = ()) -> list[QueueStats]:

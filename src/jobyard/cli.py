@@ -696,13 +696,19 @@ def purge(
     """Delete finished jobs.
 
     Failed jobs are the dead letter, kept with their errors for 'jobyard show' and 'jobyard
-    retry': deleting them asks first, or needs --yes where nobody can answer."""
+    retry': deleting them asks first, or needs --yes where nobody can answer.
+
+    Workflows: the waiting steps after a deleted failed or cancelled job go with it (they could
+    never run); a completed job whose result a step that has not completed still needs is kept
+    (a failed or cancelled step may be retried, and reads it again), and said so."""
     app = _app(app_ref)
     targets = statuses or FINISHED
     if dry_run:
         counts = app.purge_preview(targets, older_than=older_than, queue=queue)
+        kept = counts.pop("kept", 0)
         listed = ", ".join(f"{n} {s}" for s, n in counts.items())
         click.echo(f"would purge {sum(counts.values())} job(s): {listed}")
+        _say_kept(kept, "would keep")
         return
     if "failed" in targets and not yes:
         if not sys.stdin.isatty():
@@ -716,8 +722,22 @@ def purge(
         )
         if failed and not click.confirm(prompt, default=False, err=True):
             raise click.ClickException("nothing purged")
-    n = app.purge(targets, older_than=older_than, queue=queue)
-    click.echo(f"purged {n} job(s)")
+    purged = app.purge(targets, older_than=older_than, queue=queue)
+    steps = (
+        f", of which {purged.waiting} waiting workflow step(s) that could never run"
+        if purged.waiting
+        else ""
+    )
+    click.echo(f"purged {int(purged)} job(s){steps}")
+    _say_kept(purged.kept, "kept")
+
+
+def _say_kept(kept: int, verb: str) -> None:
+    if kept:
+        click.echo(
+            f"{verb} {kept} completed job(s) whose result a workflow step that has not completed "
+            "still needs: they go once it completes, or once it is purged"
+        )
 
 
 @cli.command()

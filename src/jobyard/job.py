@@ -108,11 +108,11 @@ class Job:
         try:
             data = json.loads(rec.payload)
             args, kwargs = tuple(data["args"]), dict(data["kwargs"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # nested past json's limit
             args, kwargs = (), {"<corrupt payload>": rec.payload}
         try:
             result = None if rec.result is None else json.loads(rec.result)
-        except ValueError:
+        except (ValueError, RecursionError):
             result = rec.result
         created = to_datetime(rec.created_at)
         run_at = to_datetime(rec.run_at)

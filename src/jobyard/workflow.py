@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
@@ -26,9 +26,15 @@ from .job import Job, JobFunction, JobHandle, Status
 if TYPE_CHECKING:
     from ._enqueue import Enqueue
 
+MAX_WORKFLOW = 100_000  # jobs in one workflow: one insert, one listing
+# Chains and groups nested in one another at most this deep (a lone signature is 0 deep,
+# ``chain(a, b)`` 1, ``chain(a, group(b, c))`` 2). Compiling a workflow recurses once per level
+# (two frames in a group), so 100 levels stay far inside Python's recursion limit of 1,000
+# whatever the caller's own stack; everything that reads a stored workflow back (its tree, a
+# step's feed) walks iteratively and never depends on this bound.
+MAX_DEPTH = 100
 # Where a step's first argument comes from: a position in its ``depends_on`` (that job's
 # result), or a list of such shapes (a group's results, nested as the groups nest).
-MAX_WORKFLOW = 100_000  # jobs in one workflow: one insert, one listing
 Feed: TypeAlias = int | list["Feed"]
 Node: TypeAlias = Union["Signature", "Chain", "Group"]
 
@@ -174,8 +180,30 @@ def _positions(takes: Feed, where: dict[int, int]) -> Feed:
     return [_positions(t, where) for t in takes]
 
 
+def _nesting(node: Node) -> int:
+    """How deep chains and groups nest in ``node`` (a signature: 0), walked without recursion
+    so that any depth can be measured, and refused, before anything recurses over it."""
+    deepest = 0
+    stack: list[tuple[Node, int]] = [(node, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, Signature):
+            deepest = max(deepest, depth)
+        else:
+            children = current.steps if isinstance(current, Chain) else current.members
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def compile_workflow(node: Node) -> tuple[_Batch, Feed]:
-    """The insert batch of ``node`` and what it passes on (batch positions)."""
+    """The insert batch of ``node`` and what it passes on (batch positions). A workflow nested
+    deeper than :data:`MAX_DEPTH` is refused with a ConfigurationError naming the limit."""
+    depth = _nesting(node)
+    if depth > MAX_DEPTH:
+        raise ConfigurationError(
+            f"chains and groups nest at most {MAX_DEPTH} levels deep in a workflow, "
+            f"this one {depth}: flatten it (a chain of chains is one chain)"
+        )
     batch = _Batch(workflow_id=uuid.uuid4().hex[:20])
     out = batch.place(node, None, "c0/" if isinstance(node, Signature) else "")
     if len(batch.jobs) > MAX_WORKFLOW:
@@ -198,12 +226,30 @@ def _map(out: Feed, ids: list[str]) -> Any:
 
 
 def feed_value(feed: Any, results: Sequence[Any]) -> Any:
-    """A step's first argument: ``feed`` with each position replaced by that input's result."""
-    if isinstance(feed, bool) or not isinstance(feed, int | list):
-        raise ValueError(f"a step's feed must be positions, got {feed!r}")
-    if isinstance(feed, int):
-        return results[feed]
-    return [feed_value(f, results) for f in feed]
+    """A step's first argument: ``feed`` with each position replaced by that input's result.
+
+    The feed comes from a stored payload, which may nest as deep as its JSON decoder allowed:
+    it is walked with a stack of its own, never by recursion."""
+
+    def leaf(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | list):
+            raise ValueError(f"a step's feed must be positions, got {value!r}")
+        return results[value] if isinstance(value, int) else None
+
+    if not isinstance(feed, list):
+        return leaf(feed)
+    top: list[Any] = []
+    stack: list[tuple[list[Any], list[Any]]] = [(feed, top)]  # (feed list, its output list)
+    while stack:
+        items, out = stack.pop()
+        for item in items:
+            if isinstance(item, list):
+                inner: list[Any] = []
+                out.append(inner)
+                stack.append((item, inner))
+            else:
+                out.append(leaf(item))
+    return top
 
 
 # --- reading a workflow back -------------------------------------------------------------------
@@ -248,20 +294,22 @@ class Workflow:
     def render(self) -> list[str]:
         """The tree as text lines, one per node (``jobyard show``)."""
         lines: list[str] = []
-        _render(self.tree, "", "", lines)
+        # Depth first, children in order, on a stack of its own: a stored tree may be deep.
+        stack: list[tuple[StepNode, str, str]] = [(self.tree, "", "")]
+        while stack:
+            node, first, rest = stack.pop()
+            if node.job is not None:
+                j = node.job
+                shown = j.error and j.status.finished
+                extra = f" ({j.error.splitlines()[-1][:60]})" if shown and j.error else ""
+                lines.append(f"{first}{j.name} #{j.id} {j.status.value}{extra}")
+                continue
+            lines.append(f"{first}{node.kind}")
+            last = len(node.children) - 1
+            for i in range(last, -1, -1):
+                branch, indent = ("└─ ", "   ") if i == last else ("├─ ", "│  ")
+                stack.append((node.children[i], rest + branch, rest + indent))
         return lines
-
-
-def _render(node: StepNode, first: str, rest: str, lines: list[str]) -> None:
-    if node.job is not None:
-        j = node.job
-        extra = f" ({j.error.splitlines()[-1][:60]})" if j.error and j.status.finished else ""
-        lines.append(f"{first}{j.name} #{j.id} {j.status.value}{extra}")
-        return
-    lines.append(f"{first}{node.kind}")
-    for i, child in enumerate(node.children):
-        last = i == len(node.children) - 1
-        _render(child, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "), lines)
 
 
 def build_workflow(workflow_id: str, jobs: Sequence[Job], places: dict[str, str]) -> Workflow:
@@ -274,26 +322,45 @@ def build_workflow(workflow_id: str, jobs: Sequence[Job], places: dict[str, str]
             node = node.setdefault(part, {})
         node[None] = job
     ordered = sorted(jobs, key=lambda j: [_index(p) for p in places[j.id].split("/")])
+    return Workflow(workflow_id, tuple(ordered), _tree(root))
 
-    def tree(node: dict[Any, Any]) -> StepNode:
+
+def _tree(root: dict[Any, Any]) -> StepNode:
+    """The StepNode of a nested dict of place segments, built bottom up on a stack of its own
+    (a subtree once its children are built), so that no depth of stored places recurses."""
+    built: dict[int, StepNode] = {}
+    stack: list[tuple[dict[Any, Any], bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
         if None in node:
-            return StepNode("job", job=node[None])
+            built[id(node)] = StepNode("job", job=node[None])
+            continue
         parts = sorted(node, key=_index)
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((node[p], False) for p in parts)
+            continue
         kind = "chain" if parts[0][:1] == "c" else "group"  # a segment names its container
-        return StepNode(kind, children=tuple(tree(node[p]) for p in parts))
-
-    return Workflow(workflow_id, tuple(ordered), tree(root))
+        built[id(node)] = StepNode(kind, children=tuple(built[id(node[p])] for p in parts))
+    return built[id(root)]
 
 
 def _placed(jobs: Sequence[Job], places: dict[str, str]) -> dict[str, str]:
-    """Every job's place; a job without one (a corrupt payload) or sharing one goes after the
-    rest, at the top of the tree, so that it is still shown."""
+    """Every job's place; a job without one (a corrupt payload), sharing one, or placed deeper
+    than this version nests (:data:`MAX_DEPTH`) goes after the rest, at the top of the tree,
+    so that it is still shown."""
     out: dict[str, str] = {}
     taken: set[str] = set()
     lost = []
     for job in jobs:
         place = places.get(job.id)
-        if place is None or place in taken or not all(p[1:].isdigit() for p in place.split("/")):
+        parts = [] if place is None else place.split("/")
+        if (
+            place is None
+            or place in taken
+            or len(parts) > MAX_DEPTH + 1
+            or not all(p[1:].isdigit() for p in parts)
+        ):
             lost.append(job)
             continue
         out[job.id] = place
@@ -313,9 +380,49 @@ def place_of(payload: str) -> str | None:
     """A workflow job's place ("c0/g1") from its stored payload, or None."""
     try:
         at = json.loads(payload).get("at")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # not ours: shown without a place
         return None
     return at if isinstance(at, str) else None
+
+
+def purge_plan(
+    matched: Sequence[Job], read: Callable[[Sequence[str]], dict[str, Job]]
+) -> tuple[list[Job], int, int]:
+    """What a purge would do to the finished jobs ``matched`` (those its filter selects), as
+    the stores do it (``JobsPurgeParams``), for ``jobyard purge --dry-run``: the jobs it would
+    delete among them, how many waiting steps downstream it would delete with them, and how
+    many completed jobs it would keep because a step that has not completed needs them.
+    ``read(ids)`` reads jobs by id (missing ones left out). Reads only the links of workflow
+    jobs: a plain job costs nothing more."""
+    by_id = {j.id: j for j in matched}
+    linked = [j for j in matched if j.children]
+    children = _read_all(read, [c for j in linked for c in j.children])
+
+    def holders(job: Job, gone: set[str]) -> bool:
+        return any(
+            c in children and children[c].status != Status.COMPLETED and c not in gone
+            for c in job.children
+        )
+
+    held = {j.id for j in linked if j.status == Status.COMPLETED and holders(j, set())}
+    doomed = {i for i in by_id if i not in held}
+    waiting: dict[str, Job] = {}
+    frontier = [by_id[i] for i in doomed if by_id[i].status != Status.COMPLETED]
+    while frontier:  # breadth first, level by level: one read per level
+        ids = [c for j in frontier for c in j.children if c not in waiting and c not in doomed]
+        frontier = [g for g in _read_all(read, ids).values() if g.status == Status.WAITING]
+        waiting.update((g.id, g) for g in frontier)
+    gone = doomed | waiting.keys()
+    freed = {i for i in held if not holders(by_id[i], gone)}
+    return [j for j in matched if j.id in doomed or j.id in freed], len(waiting), len(held - freed)
+
+
+def _read_all(read: Callable[[Sequence[str]], dict[str, Job]], ids: list[str]) -> dict[str, Job]:
+    unique = list(dict.fromkeys(ids))
+    out: dict[str, Job] = {}
+    for start in range(0, len(unique), 1000):
+        out.update(read(unique[start : start + 1000]))
+    return out
 
 
 class WorkflowReader(Protocol):
@@ -356,8 +463,10 @@ class WorkflowHandle:
         """Wait for the workflow to complete; its result (a chain's last result, a group's list).
 
         Raises :class:`JobFailed` or :class:`JobCancelled` for the first job that ended so
-        (a stopped workflow never completes), ``TimeoutError`` after ``timeout`` seconds. It
-        polls the jobs that make the result, and the whole workflow about once a second."""
+        (a stopped workflow never completes), :class:`JobNotFound` once a job it needs was
+        purged (the step a failed or cancelled job stopped goes with it when that job is
+        purged), ``TimeoutError`` after ``timeout`` seconds. It polls the jobs that make the
+        result, and the whole workflow about once a second."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = poll
         wanted = _ids(self._out)
@@ -366,8 +475,11 @@ class WorkflowHandle:
             done = self._reader.results(wanted)
             stopped = [j for j in done.values() if j.status in (Status.FAILED, Status.CANCELLED)]
             if not stopped and time.monotonic() >= whole_at:
-                stopped = [j for j in self.get().jobs if j.status.finished]
+                flow = self.get()
+                stopped = [j for j in flow.jobs if j.status.finished]
                 stopped = [j for j in stopped if j.status != Status.COMPLETED]
+                if not stopped:
+                    _raise_if_stranded(flow)
                 whole_at = time.monotonic() + 1.0
             if stopped:
                 job = stopped[0]
@@ -376,7 +488,11 @@ class WorkflowHandle:
                 raise JobCancelled(job.id)
             if len(done) < len(wanted):
                 gone = next(i for i in wanted if i not in done)
-                raise JobNotFound(gone, "purged before the workflow's result was read")
+                raise JobNotFound(
+                    gone,
+                    f"purged before the result of workflow {self.id} was read; a step that "
+                    "could never run is purged with the failed or cancelled job it waited for",
+                )
             if all(j.status == Status.COMPLETED for j in done.values()):
                 return _pick(self._out, {i: j.result for i, j in done.items()})
             if deadline is not None and time.monotonic() >= deadline:
@@ -387,6 +503,19 @@ class WorkflowHandle:
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self.id!r}, jobs={len(self.ids)})"
+
+
+def _raise_if_stranded(flow: Workflow) -> None:
+    """JobNotFound if a step of ``flow`` waits for a job that is gone: it can never run (a store
+    written before purges took such steps with them, or one of their inputs expired)."""
+    present = {j.id for j in flow.jobs}
+    for job in flow.jobs:
+        if job.status == Status.WAITING:
+            gone = next((i for i in job.depends_on if i not in present), None)
+            if gone is not None:
+                raise JobNotFound(
+                    gone, f"purged while step {job.id} of workflow {flow.id} waited for it"
+                )
 
 
 def _ids(out: Any) -> list[str]:

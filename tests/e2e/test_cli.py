@@ -328,6 +328,40 @@ def fail_one(cli: Cli, app: jobyard.App) -> str:
     return bad
 
 
+def test_purge_of_a_stopped_workflow_takes_its_waiting_steps_and_keeps_what_they_need(
+    cli: Cli, app: jobyard.App
+) -> None:
+    from jobyard.testing import drain
+
+    @app.job(queue="mail")
+    def ok(x: int = 0) -> int:
+        return x + 1
+
+    @app.job(queue="mail", max_attempts=1)
+    def boom(x: int) -> int:
+        raise RuntimeError("boom")
+
+    # given a chain whose second step failed: the two steps after it wait for ever
+    handle = jobyard.chain(ok.s(), boom.s(), ok.s(), ok.s()).enqueue()
+    drain(app)
+    first = handle.ids[0]
+    # when completed jobs are purged, then the first step is kept (boom may be retried), said so
+    out = cli.ok("purge", APP, "--status", "completed").strip().splitlines()
+    assert out[0] == "purged 0 job(s)"
+    assert out[1].startswith("kept 1 completed job(s) whose result a workflow step")
+    # a dry run counts the waiting steps a purge of everything would take, and the freed input
+    assert cli.ok("purge", APP, "--dry-run").strip() == (
+        "would purge 4 job(s): 1 completed, 1 failed, 0 cancelled, 2 waiting"
+    )
+    # when the dead letter is purged, the steps that could never run go with it, counted
+    assert cli.ok("purge", APP, "--status", "failed", "--yes").strip() == (
+        "purged 3 job(s), of which 2 waiting workflow step(s) that could never run"
+    )
+    assert [j.id for j in app.jobs()] == [first]
+    # and the first step, no longer needed, goes with the next purge of completed jobs
+    assert cli.ok("purge", APP, "--status", "completed").strip() == "purged 1 job(s)"
+
+
 def test_purge_asks_before_deleting_the_dead_letter(cli: Cli, app: jobyard.App) -> None:
     # given a failed job and a cancelled one
     bad = fail_one(cli, app)

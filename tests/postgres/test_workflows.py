@@ -17,6 +17,7 @@ from jobyard.backends.base import (
     JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
+    JobsPurgeParams,
     JobsWaitParams,
     NewJob,
     Outcome,
@@ -225,3 +226,23 @@ def test_a_batch_of_steps_with_keys_or_later_inputs_is_refused(backend: Postgres
         insert(backend, step(), step(0, idempotency_key="k"))
     with pytest.raises(ValueError, match="not before it"):
         insert(backend, step(1), step())
+
+
+def test_0007_holds_the_inputs_of_the_workflows_a_schema_holds(
+    backend: PostgresBackend, sql: Sql
+) -> None:
+    # given a -> b where a completed, and a schema taken back to before 0007_workflow_holds
+    a, b = insert(backend, step(), step(0))
+    backend.jobs_ack(JobsAckParams([done(j) for j in claim(backend)]))
+    sql("ALTER TABLE jobs DROP COLUMN holds")
+    sql("DROP FUNCTION jobyard_unhold(bigint[])")
+    sql("DELETE FROM jobyard_migrations WHERE name = '0007_workflow_holds'")
+    # when it is migrated again, then a, which b still needs, is held and kept by a purge
+    assert backend.schema_migrate() == ["0007_workflow_holds"]
+    purged = backend.jobs_purge(JobsPurgeParams(("completed",)))
+    assert (int(purged), purged.kept) == (0, 1)
+    assert sql("SELECT holds FROM jobs WHERE id = %s", [int(a)]) == [(1,)]
+    # and once b completed, a goes
+    backend.jobs_ack(JobsAckParams([done(j) for j in claim(backend)]))
+    assert int(backend.jobs_purge(JobsPurgeParams(("completed",)))) == 2
+    assert backend.jobs_get(a) is None and backend.jobs_get(b) is None

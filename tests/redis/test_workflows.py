@@ -13,6 +13,7 @@ import pytest
 from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsListParams,
     JobsPurgeParams,
     LeasesReapParams,
@@ -20,7 +21,7 @@ from jobyard.backends.base import (
 )
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.clock import FrozenClock
-from tests.redis.conftest import insert, new
+from tests.redis.conftest import insert, new, url_for
 
 FLOW = "wf-1"
 
@@ -120,15 +121,22 @@ def test_an_input_completed_before_its_steps_queue_is_written_still_counts(
 
 
 @pytest.mark.parametrize("kind", ["cluster"])
-def test_an_owed_release_survives_the_purge_of_its_input(backend: RedisBackend) -> None:
-    # given a release owed by a caller that died, whose completed input is then purged
-    _, join = insert(backend, step(queue="b"), step(0, queue="a"))
+def test_an_owed_release_keeps_its_input_from_a_purge(backend: RedisBackend) -> None:
+    # given a release owed by a caller that died: its completed input waits to be paid
+    first, join = insert(backend, step(queue="b"), step(0, queue="a"))
     backend._ack(JobsAckParams(completed(backend, "b")))
-    assert backend.jobs_purge(JobsPurgeParams(statuses=("completed",))) == 1
-    # when the watchdog runs, it still pays the release (the owed entry keeps the dependents)
+    # then a purge keeps the input: the join, which has not run, still needs its result
+    purged = backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))
+    assert (int(purged), purged.kept) == (0, 1)
+    # when the watchdog runs, it pays the release
     backend.leases_reap(LeasesReapParams())
     assert status(backend, join) == "pending"
     assert backend.client.hlen(backend.keys.owed("b")) == 0
+    # and once the join completed (its hold paid across slots too), the purge takes both
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    assert backend.client.hlen(backend.keys.owed("a")) == 0
+    assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 2
+    assert backend.jobs_get(first) is None
 
 
 @pytest.mark.parametrize("kind", ["cluster"])
@@ -188,3 +196,97 @@ def test_purging_a_workflow_drops_its_index(backend: RedisBackend, clock: Frozen
     tag = backend.keys.tag("q")
     assert backend.client.exists(f"{tag}:wf:{FLOW}", backend.keys.queue("q")[15]) == 0
     assert backend.jobs_list(JobsListParams(workflow_id=FLOW)) == []
+
+
+def job_ttl(backend: RedisBackend, job_id: str) -> int:
+    queue, n = job_id.rsplit(":", 1)
+    return int(backend.client.ttl(backend.keys.job(queue, n)))
+
+
+def test_a_held_input_gets_no_key_ttl_until_freed(kind: str, clock: FrozenClock) -> None:
+    # given a store that keeps completed jobs a second, and a chain a -> b across queues
+    backend = RedisBackend(url_for(kind, result_ttl=1), clock)
+    try:
+        a, b = insert(backend, step(queue="a"), step(0, queue="b"))
+        backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+        # then a, whose result b still needs, has no TTL and is in no index retention walks
+        assert job_ttl(backend, a) == -1
+        assert backend.client.zcard(backend.keys.queue("a")[7]) == 0  # done:completed
+        assert backend.client.zcard(f"{backend.keys.tag('a')}:held") == 1
+        # when b completes (its hold paid across slots on Cluster), a is freed: a TTL, indexed
+        backend.jobs_ack(JobsAckParams(completed(backend, "b")))
+        assert 0 < job_ttl(backend, a) <= 1 and 0 < job_ttl(backend, b) <= 1
+        assert backend.client.zcard(f"{backend.keys.tag('a')}:held") == 0
+        assert backend.client.zcard(backend.keys.queue("a")[7]) == 1
+        assert backend.client.hget(backend.keys.job("a", a.rsplit(":", 1)[1]), "holds") is None
+    finally:
+        backend.close()
+
+
+def test_failed_workflow_jobs_expire_with_their_waiting_steps(
+    kind: str, clock: FrozenClock
+) -> None:
+    # given failed jobs kept 60 s: a plain one, and the middle step of a -> boom -> b
+    backend = RedisBackend(url_for(kind, failed_ttl=60), clock)
+    try:
+        (plain,) = insert(backend, new(queue="b"))
+        a, boom, b = insert(backend, step(queue="a"), step(0, queue="b"), step(1, queue="c"))
+        backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+        held = backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))
+        backend.jobs_ack(JobsAckParams([Outcome(c.id, c.token, "failed") for c in held]))
+        # then the plain one expires by its key TTL; the workflow step has none: only
+        # jobs_expire may drop it, and must take b along
+        assert 0 < job_ttl(backend, plain) <= 60 and job_ttl(backend, boom) == -1
+        clock.advance(120)
+        assert backend.jobs_expire(JobsExpireParams()) == 3
+        assert [backend.jobs_get(i) for i in (plain, boom, b)] == [None, None, None]
+        # and a, held by boom until then, is freed for its retention
+        assert status(backend, a) == "completed" and job_ttl(backend, a) > 0
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_holds_and_drops_left_owed_by_a_dead_caller_are_paid_by_the_reaper(
+    backend: RedisBackend,
+) -> None:
+    # given a -> boom -> b -> c across three queues (three slots)
+    a, boom, b, c = insert(
+        backend, step(queue="a"), step(0, queue="b"), step(1, queue="c"), step(2, queue="a")
+    )
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    held = backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))
+    backend.jobs_ack(JobsAckParams([Outcome(h.id, h.token, "failed") for h in held]))
+    # when a purge of queue "b" runs its script and its caller dies before paying what it owes
+    args = [backend.core.now(), "1", "0", "100", "0", backend.keys.prefix, "", "failed"]
+    reply = backend.core.run("jobs_purge", backend.keys.queue("b"), args)
+    assert [int(x) for x in reply[:4]] == [1, 0, 0, 0]
+    assert sorted(e[2][:1] for e in reply[4:]) == ["d", "f"]
+    assert status(backend, b) == "waiting" and status(backend, a) == "completed"
+    # then the watchdog pays it: b and c (which b's drop owes in turn) are gone, a is freed
+    backend.leases_reap(LeasesReapParams())
+    assert [backend.jobs_get(i) for i in (boom, b, c)] == [None, None, None]
+    assert {q: backend.client.hlen(backend.keys.owed(q)) for q in "abc"} == dict.fromkeys("abc", 0)
+    assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 1
+    # and paying the same again changes nothing
+    backend._settle([("b", ["owed", 1, e[2], e[3]]) for e in reply[4:]])
+    assert backend.jobs_list(JobsListParams(workflow_id=FLOW)) == []
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_an_owed_hold_paid_twice_counts_once(backend: RedisBackend) -> None:
+    # given x in "a" that two steps need, y in "b" and z in "c"
+    x, y, z = insert(backend, step(queue="a"), step(0, queue="b"), step(0, queue="c"))
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    # when y completes and the hold it owes x is paid twice (a caller and the watchdog)
+    refused, notes = backend._ack(JobsAckParams(completed(backend, "b")))
+    assert refused == [] and [n[1][2][:1] for n in notes] == ["f"]
+    backend._settle(notes)
+    backend._settle(notes)
+    # then x is still held for z, which has not run (y, needed by nobody, goes)
+    purged = backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))
+    assert (int(purged), purged.kept, status(backend, x)) == (1, 1, "completed")
+    # and z's completion frees it
+    backend.jobs_ack(JobsAckParams(completed(backend, "c")))
+    assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 2
+    assert [backend.jobs_get(i) for i in (x, y, z)] == [None, None, None]

@@ -104,6 +104,7 @@ def test_opening_migrates_once_and_records_each_version(
         (5, "0005_counts"),
         (6, "0006_cancel_progress"),
         (7, "0007_workflows"),
+        (8, "0008_workflow_holds"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()
@@ -222,5 +223,10 @@ def test_the_hot_queries_use_their_indexes(raw: sqlite3.Connection) -> None:
     assert "SCAN jobs" not in claim  # no pass over the table, however many jobs it holds
     assert "USING INDEX jobs_pending (queue=?)" in plan(raw, "jobs_due")
     assert "USING INDEX jobs_idempotency" in plan(raw, "jobs_holder")
+    # retention: one range per status and queue, ending at the cutoff
+    assert "USING INDEX jobs_status (status=? AND queue=? AND finished_at<?)" in plan(
+        raw, "jobs_purge"
+    )
+    assert "USING INDEX jobs_held" in plan(raw, "jobs_held_count")
     assert "COVERING INDEX jobs_status" in plan(raw, "stats_counts")
     assert "COVERING INDEX jobs_status" in plan(raw, "queues_over_max_pending")

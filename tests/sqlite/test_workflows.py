@@ -168,3 +168,26 @@ def test_a_join_of_10000_members_is_released_by_the_last_of_them(
     rec = backend.jobs_get(join)
     assert rec is not None and rec.status == "pending"
     assert raw.execute("SELECT waits FROM jobs WHERE id = ?", (join,)).fetchone() == (0,)
+
+
+def test_0008_holds_the_inputs_of_the_workflows_a_file_holds(
+    tmp_path: Path, open_backend: Callable[..., SQLiteBackend]
+) -> None:
+    # given a file at 0007 with two chains: a (completed) -> b (failed), c -> d both completed
+    conn = migrated_to(tmp_path / "old.db", 7)
+    columns = "queue, name, status, max_attempts, lease, run_at, created_at, finished_at, payload"
+    rows = [("completed", 0, 1), ("failed", 1, 0), ("completed", 0, 1), ("completed", 1, 0)]
+    for status, fanin, fanout in rows:
+        conn.execute(
+            f"INSERT INTO jobs ({columns}, workflow_id, fanin, fanout)"
+            " VALUES ('q', 'task', ?, 4, 30, ?, ?, ?, ?, ?, ?, ?)",
+            (status, T0, T0, T0, PAYLOAD, FLOW, fanin, fanout),
+        )
+    conn.executemany("INSERT INTO job_links VALUES (?, 0, ?)", [(2, 1), (4, 3)])
+    conn.execute("INSERT INTO job_counts VALUES ('q', 'completed', 3), ('q', 'failed', 1)")
+    conn.close()
+    # when a backend opens it, then a purge of completed jobs keeps a, which b may still need
+    backend = open_backend(FrozenClock(T0 + 100), at=f"sqlite:///{tmp_path}/old.db")
+    purged = backend.jobs_purge(JobsPurgeParams(("completed",)))
+    assert (int(purged), purged.kept) == (2, 1)
+    assert [r.id for r in backend.jobs_list(JobsListParams())] == ["2", "1"]

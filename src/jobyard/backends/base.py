@@ -315,6 +315,16 @@ class JobsAckParams:
     dependent is released exactly once however its inputs' completions race. A store that cannot
     make both one move (Redis Cluster, across hash slots) records the release as owed with the
     completion and pays it before ``jobs_ack`` returns, or in ``leases_reap`` if the caller died.
+
+    The same move frees the job's inputs (its ``depends_on``) for retention: a completed job is
+    *held* while one of its dependents exists and has not completed (waiting, pending, running,
+    or failed or cancelled and so still re-drivable with ``jobs_retry``, which reads the inputs
+    again), and no purge, expiry or key TTL drops a held job (see :class:`JobsPurgeParams`).
+    Each store counts a job's dependents not completed yet with the moves (a completion, and
+    the deletion of a dependent that had not completed, count one down), so that retention
+    finds the held jobs by a flag or an index of their own, never by reading dependents. A
+    freed job is kept as any completed job, counted from its own ``finished_at``. Redis
+    Cluster frees an input in another hash slot as it pays a release (owed, then paid).
     """
 
     outcomes: Sequence[Outcome]
@@ -397,7 +407,12 @@ class JobsExpireParams:
     past it, at most ``limit`` per queue and status per call (a backlog is caught up over a few
     ticks). Redis keeps completed jobs ``?result_ttl=`` seconds (or the queue's own), failed
     and cancelled ones ``?failed_ttl=`` (when set), and drops the pending jobs of a queue fed
-    with a time to live that lapsed. Stores that keep finished jobs until purged drop nothing."""
+    with a time to live that lapsed. Stores that keep finished jobs until purged drop nothing.
+
+    What a purge keeps, an expiry keeps (a completed job a workflow step still needs: see
+    :class:`JobsAckParams`), and what it takes with a job, an expiry takes (its waiting steps:
+    see :class:`JobsPurgeParams`); a Redis job hash that either concerns is given no key TTL,
+    so that only these moves, which keep the links right, ever delete it."""
 
     limit: int = 500
 
@@ -426,7 +441,19 @@ class JobsListParams:
 @dataclass(frozen=True, slots=True)
 class JobsPurgeParams:
     """Delete finished jobs. ``statuses`` may only name finished states (ValueError otherwise);
-    each is kept once, in the order given."""
+    each is kept once, in the order given.
+
+    Workflows, in the same atomic move (Redis Cluster: per hash slot, what reaches another slot
+    owed and paid as a release is):
+
+    - A *held* completed job (a dependent that exists has not completed: see
+      :class:`JobsAckParams`) is kept, and counted in :attr:`Purged.kept`; it goes once its
+      dependents completed or were deleted, by its own ``finished_at``.
+    - A deleted job takes with it every ``waiting`` job that waits on it, transitively: such a
+      step can never run (``Purged.waiting`` counts them, within the total). Its inputs and
+      theirs lose a dependent: a completed one no step needs any more is freed, and is deleted
+      by this same purge when it matches the filter.
+    """
 
     statuses: Sequence[str] = FINISHED
     older_than: float = 0.0  # seconds before now, judged by finished_at
@@ -438,6 +465,29 @@ class JobsPurgeParams:
         if bad:
             raise ValueError(f"only finished jobs ({', '.join(FINISHED)}) can be purged, not {bad}")
         object.__setattr__(self, "statuses", statuses)
+
+
+class Purged(int):
+    """What :meth:`Backend.jobs_purge` did: an ``int``, the number of jobs deleted, the waiting
+    workflow steps it took with them included, with two counts beside it: ``waiting``, how many
+    of those were waiting steps, and ``kept``, the completed jobs the filter matched that were
+    kept, because a workflow step that has not completed still needs their results."""
+
+    waiting: int
+    kept: int
+
+    def __new__(cls, jobs: int = 0, waiting: int = 0, kept: int = 0) -> Purged:
+        self = super().__new__(cls, jobs)
+        self.waiting = waiting
+        self.kept = kept
+        return self
+
+    def plus(self, other: Purged) -> Purged:
+        """The counts of two purges (of several queues or batches) added up."""
+        return Purged(int(self) + int(other), self.waiting + other.waiting, self.kept + other.kept)
+
+    def __repr__(self) -> str:
+        return f"Purged({int(self)}, waiting={self.waiting}, kept={self.kept})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,8 +649,9 @@ class Backend(Protocol):
         InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
         ...
 
-    def jobs_purge(self, params: JobsPurgeParams) -> int:
-        """Delete finished jobs; the number deleted."""
+    def jobs_purge(self, params: JobsPurgeParams) -> Purged:
+        """Delete finished jobs and the waiting steps that wait on them (see
+        :class:`JobsPurgeParams`); how many, of which waiting, and how many were kept."""
         ...
 
     # worker side

@@ -38,6 +38,7 @@ from .base import (
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
+    Purged,
     QueueConfig,
     QueueStats,
     Reaped,
@@ -63,6 +64,7 @@ class _Row:
     token: str | None = None
     lease_expires_at: float | None = None
     waits: int = 0  # inputs of a waiting job not completed yet
+    holds: int = 0  # dependents not completed (nor deleted) yet: while > 0 a completed job stays
 
 
 class MemoryBackend:
@@ -192,6 +194,14 @@ class MemoryBackend:
         row.waits = len(inputs)
         for r in inputs:
             r.rec = replace(r.rec, dependents=(*r.rec.dependents, row.rec.id))
+            r.holds += 1
+
+    def _unhold(self, row: _Row) -> None:
+        """``row`` completed, or is deleted unfinished: it no longer holds its inputs."""
+        for input_id in row.rec.depends_on:
+            held = self._rows.get(input_id)
+            if held is not None:
+                held.holds -= 1
 
     def _release(self, row: _Row, now: float) -> None:
         """``row`` completed: its dependents whose inputs have all completed become pending."""
@@ -281,21 +291,43 @@ class MemoryBackend:
             self._lock.notify_all()
             return row.rec
 
-    def jobs_purge(self, params: JobsPurgeParams) -> int:
-        """Delete finished jobs older than the limit."""
+    def jobs_purge(self, params: JobsPurgeParams) -> Purged:
+        """Delete finished jobs older than the limit, but the held ones, and the waiting steps
+        that wait on them; then the inputs this freed that match too."""
         with self._lock:
             limit = self._now() - params.older_than
-            doomed = [
-                r.rec.id
-                for r in self._rows.values()
-                if r.rec.status in params.statuses
-                and (params.queue is None or r.rec.queue == params.queue)
-                and r.rec.finished_at is not None
-                and r.rec.finished_at <= limit
-            ]
+
+            def matches(r: _Row) -> bool:
+                return (
+                    r.rec.status in params.statuses
+                    and (params.queue is None or r.rec.queue == params.queue)
+                    and r.rec.finished_at is not None
+                    and r.rec.finished_at <= limit
+                )
+
+            def held(r: _Row) -> bool:
+                return r.rec.status == "completed" and r.holds > 0
+
+            doomed = {i: r for i, r in self._rows.items() if matches(r) and not held(r)}
+            stack, waiting = list(doomed.values()), 0
+            while stack:  # the steps that can never run, transitively
+                for dep_id in stack.pop().rec.dependents:
+                    dep = self._rows.get(dep_id)
+                    if dep is not None and dep.rec.status == "waiting" and dep_id not in doomed:
+                        doomed[dep_id] = dep
+                        stack.append(dep)
+                        waiting += 1
+            for row in list(doomed.values()):
+                if row.rec.status != "completed":
+                    self._unhold(row)
+                    for input_id in row.rec.depends_on:
+                        freed = self._rows.get(input_id)
+                        if freed is not None and matches(freed) and not held(freed):
+                            doomed[input_id] = freed
+            kept = sum(1 for i, r in self._rows.items() if matches(r) and i not in doomed)
             for job_id in doomed:
                 del self._rows[job_id]
-            return len(doomed)
+            return Purged(len(doomed), waiting, kept)
 
     # worker side ------------------------------------------------------------------------------
 
@@ -389,6 +421,7 @@ class MemoryBackend:
                 if out.kind == "completed":
                     row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
                     self._release(row, now)
+                    self._unhold(row)
                 elif out.kind == "failed":
                     row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
                 elif out.kind == "cancelled":

@@ -26,6 +26,7 @@ class Queries:
     jobs_list_ids: str
     jobs_cancel: str
     jobs_retry: str
+    purge_fence: str
     jobs_purge: str
     jobs_claim_lock: str
     jobs_claim: str

@@ -56,6 +56,7 @@ from ..base import (
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
+    Purged,
     QueueConfig,
     QueueStats,
     Reaped,
@@ -447,18 +448,22 @@ class PostgresBackend:
             raise InvalidTransition.cannot_retry(job_id, rec.status)
         return rec
 
-    def jobs_purge(self, params: JobsPurgeParams) -> int:
-        """Delete finished jobs; the number deleted. Only the finished partitions are read."""
+    def jobs_purge(self, params: JobsPurgeParams) -> Purged:
+        """Delete finished jobs but the held ones, with the waiting steps downstream, in one
+        statement. Only the finished partitions are read, and the waiting one for the steps
+        downstream of a failed or cancelled job."""
         if not params.statuses:
-            return 0
+            return Purged()
         args = {
             "now": self.clock.now(),
             "statuses": sorted(set(params.statuses)),
             "older_than": float(params.older_than),
             "queue": params.queue,
         }
-        rows = self._run(lambda c: self._fetch(c, Q.jobs_purge, args))
-        return int(rows[0][0])
+        steps: list[_caller.Step] = [(Q.purge_fence, None), (Q.jobs_purge, args)]
+        rows = self._run(lambda c: self._locked(c, steps))
+        jobs, waiting, kept = rows[0]
+        return Purged(int(jobs), int(waiting), int(kept))
 
     # worker side ------------------------------------------------------------------------------
 

@@ -147,8 +147,8 @@ ORDER BY 1;
 -- name: jobs_insert_workflow
 -- jobs_insert for a batch with workflow steps (a NewJob with workflow_id or after): the same
 -- answer, one row per input job, in input order (ord, id, created, go, checks), and the same
--- max_pending protocol (`go`, jobs_insert_lock), with the links of 0006_workflows.sql and
--- without idempotency keys (such a batch carries none: the backend refuses them), so every job
+-- max_pending protocol (`go`, jobs_insert_lock), with the links of 0006_workflows.sql (each
+-- input held by its dependents: holds, 0007_workflow_holds.sql) and without idempotency keys (such a batch carries none: the backend refuses them), so every job
 -- is created. A plain batch never pays for the links: it goes through jobs_insert.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
@@ -208,11 +208,11 @@ placed AS (
 inserted AS (
     INSERT INTO jobs_pending (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
-        lease, delivery, parent_id, run_at, created_at, workflow_id, dependents
+        lease, delivery, parent_id, run_at, created_at, workflow_id, dependents, holds
     )
     SELECT p.id, 'pending', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
            p.backoff_policy, p.timeout, p.lease, p.delivery, p.parent_id, p.due, p.now,
-           p.workflow_id, p.dependents
+           p.workflow_id, p.dependents, cardinality(p.dependents)
     FROM placed AS p
     WHERE p.depends_on IS NULL
     RETURNING id, queue
@@ -222,11 +222,12 @@ parked AS (
     INSERT INTO jobs_waiting (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
         lease, delivery, parent_id, run_at, created_at, workflow_id, dependents, depends_on,
-        waits
+        waits, holds
     )
     SELECT p.id, 'waiting', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
            p.backoff_policy, p.timeout, p.lease, p.delivery, p.parent_id, p.due, p.now,
-           p.workflow_id, p.dependents, p.depends_on, cardinality(p.depends_on)
+           p.workflow_id, p.dependents, p.depends_on, cardinality(p.depends_on),
+           cardinality(p.dependents)
     FROM placed AS p
     WHERE p.depends_on IS NOT NULL
     RETURNING queue
@@ -446,22 +447,46 @@ FROM jobs AS j
 WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
 
 
+-- name: purge_fence
+-- Sent before jobs_purge in the same implicit transaction (one pipeline): index scans only,
+-- for that statement. With autovacuum off the finished partitions are never analyzed, and a
+-- cutoff the planner cannot see at plan time is given a third of the rows: the generic plan
+-- then read the whole completed partition on every retention call (24 ms with 200,000
+-- completed jobs, 52 ms with 400,000, to delete nothing). Transaction-local: it ends with the
+-- purge. (jobyard_completed_since does the same for the same reason, 0004_counts.sql.)
+SELECT set_config('enable_seqscan', 'off', true);
+
+
 -- name: jobs_purge
 -- One DELETE per finished partition, straight on the partition, each switched on or off by
 -- whether statuses names it: a param-only condition becomes a one-time filter, so a partition
 -- not named is never read. (Through the parent with `status = ANY($n)` a generic plan would
 -- scan every partition, the hot pending and running ones included: pruning cannot see into
--- an array parameter.) Each range-scans its partition's finished_at index: the cutoff is
--- written out as a stable expression, which can bound an index scan where a CTE's column
--- could not.
-WITH completed AS (
+-- an array parameter.) Each range-scans its partition's finished_at index (purge_fence sees
+-- that the plan does): the cutoff is written out as a stable expression, which can bound an
+-- index scan where a CTE's column could not. A held completed job (holds > 0: a workflow step that has not completed needs its
+-- result, 0007_workflow_holds.sql) is kept; the range visits it, and only it is visited
+-- without being deleted.
+--
+-- Workflows, in the same statement: the waiting steps downstream of a deleted job that had not
+-- completed (`down`, through the dependents arrays of the waiting partition) go too, since none
+-- can ever run; every deleted job that had not completed no longer holds its inputs (`losses`,
+-- from the snapshot); an input that this frees goes too when it matches the purge (`freed`),
+-- the others lose their holds (`unheld`). The two are told apart on the snapshot, and READ
+-- COMMITTED re-checks the row each locks: a concurrent ack can only lower holds further, so a
+-- row chosen for `freed` still qualifies, and one left to `unheld` is freed for the next purge.
+-- Each of those CTEs opens with an uncorrelated EXISTS, a one-time filter: a purge that deletes
+-- no workflow job never executes their scans, of the hot partitions above all.
+-- Returns (jobs deleted, of which waiting steps, held completed jobs kept).
+WITH RECURSIVE completed AS (
     DELETE FROM jobs_completed AS j
     WHERE 'completed' = ANY(%(statuses)b::text[])
       AND j.finished_at <= coalesce(%(now)s::float8,
                                     extract(epoch FROM statement_timestamp())::float8)
                            - %(older_than)s::float8
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-    RETURNING j.queue, j.status
+      AND (j.holds IS NULL OR j.holds <= 0)
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
 ),
 failed AS (
     DELETE FROM jobs_failed AS j
@@ -470,7 +495,7 @@ failed AS (
                                     extract(epoch FROM statement_timestamp())::float8)
                            - %(older_than)s::float8
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-    RETURNING j.queue, j.status
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
 ),
 cancelled AS (
     DELETE FROM jobs_cancelled AS j
@@ -479,22 +504,86 @@ cancelled AS (
                                     extract(epoch FROM statement_timestamp())::float8)
                            - %(older_than)s::float8
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-    RETURNING j.queue, j.status
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+stopped AS (
+    SELECT * FROM failed UNION ALL SELECT * FROM cancelled
+),
+down (id) AS (
+    SELECT d.id
+    FROM stopped AS g CROSS JOIN LATERAL unnest(g.dependents) AS d (id)
+    UNION
+    SELECT d.id
+    FROM down JOIN jobs_waiting AS w ON w.id = down.id
+    CROSS JOIN LATERAL unnest(w.dependents) AS d (id)
+),
+waiting AS (
+    DELETE FROM jobs_waiting AS w
+    WHERE EXISTS (SELECT 1 FROM down) AND w.id = ANY(ARRAY(SELECT id FROM down ORDER BY id))
+    RETURNING w.id, w.queue, w.status, w.depends_on, w.dependents
+),
+gone AS (
+    SELECT id FROM completed UNION ALL SELECT id FROM stopped UNION ALL SELECT id FROM waiting
+),
+losses AS (
+    SELECT i.id, count(*)::integer AS k
+    FROM (SELECT depends_on FROM stopped UNION ALL SELECT depends_on FROM waiting) AS s
+    CROSS JOIN LATERAL unnest(s.depends_on) AS i (id)
+    WHERE NOT i.id = ANY(ARRAY(SELECT id FROM gone))
+    GROUP BY i.id
+),
+targets AS (
+    SELECT j.id, l.k,
+           j.status = 'completed' AND j.holds - l.k <= 0
+           AND 'completed' = ANY(%(statuses)b::text[])
+           AND j.finished_at <= coalesce(%(now)s::float8,
+                                         extract(epoch FROM statement_timestamp())::float8)
+                                - %(older_than)s::float8
+           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text) AS goes
+    FROM jobs AS j JOIN losses AS l ON l.id = j.id
+    WHERE EXISTS (SELECT 1 FROM losses)
+      AND j.id = ANY(ARRAY(SELECT id FROM losses)) AND j.holds IS NOT NULL
+),
+freed AS (
+    DELETE FROM jobs_completed AS j
+    USING targets AS t
+    WHERE EXISTS (SELECT 1 FROM targets WHERE goes)
+      AND j.id = ANY(ARRAY(SELECT id FROM targets WHERE goes ORDER BY id))
+      AND t.goes AND j.id = t.id AND j.holds - t.k <= 0
+    RETURNING j.id, j.queue, j.status
+),
+unheld AS (
+    UPDATE jobs AS j
+    SET holds = j.holds - t.k
+    FROM targets AS t
+    WHERE EXISTS (SELECT 1 FROM targets WHERE NOT goes)
+      AND NOT t.goes AND j.id = ANY(ARRAY(SELECT id FROM targets WHERE NOT goes ORDER BY id))
+      AND j.id = t.id
 ),
 counted AS (
-    UPDATE job_counts AS jc
-    SET n = jc.n - d.n
-    FROM (
-        SELECT queue, status, count(*) AS n
-        FROM (SELECT * FROM completed UNION ALL SELECT * FROM failed
-              UNION ALL SELECT * FROM cancelled) AS gone
-        GROUP BY queue, status
-        ORDER BY queue, status
-    ) AS d
-    WHERE jc.queue = d.queue AND jc.status = d.status
+    INSERT INTO job_counts AS jc (queue, status, n)
+    SELECT queue, status, -count(*)
+    FROM (SELECT queue, status FROM completed UNION ALL SELECT queue, status FROM stopped
+          UNION ALL SELECT queue, status FROM waiting
+          UNION ALL SELECT queue, status FROM freed) AS d
+    GROUP BY queue, status
+    ORDER BY queue, status
+    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
+),
+held AS (
+    SELECT count(*) AS n
+    FROM jobs_completed AS j
+    WHERE 'completed' = ANY(%(statuses)b::text[])
+      AND j.holds > 0
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 )
-SELECT (SELECT count(*) FROM completed) + (SELECT count(*) FROM failed)
-       + (SELECT count(*) FROM cancelled);
+-- (unheld and counted run to completion whether read or not, as every data-modifying CTE.)
+SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM freed),
+       (SELECT count(*) FROM waiting),
+       (SELECT n FROM held) - (SELECT count(*) FROM freed);
 
 
 -- name: jobs_claim_lock
@@ -588,7 +677,8 @@ ORDER BY priority DESC, run_at, id;
 
 -- name: jobs_ack
 -- Settle a batch: each outcome applies only while the job is running under that token, and a
--- completion releases the workflow steps waiting for it (`released`), in the same statement.
+-- completion releases the workflow steps waiting for it (`released`) and frees its own inputs
+-- (`unheld`), in the same statement.
 -- Returns the ids it settled (the backend reports the others as refused: stale).
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
@@ -637,7 +727,7 @@ settled AS (
       ))
       AND input.o ? (j.id::text || ':' || j.token)
     RETURNING j.id, j.status, j.queue, j.idempotency_key, j.delivery,
-              j.run_at <= clock.now AS due, j.dependents
+              j.run_at <= clock.now AS due, j.dependents, j.depends_on
 ),
 released AS (
     SELECT jobyard_release(
@@ -648,6 +738,18 @@ released AS (
            ) AS n
     WHERE EXISTS (
         SELECT 1 FROM settled AS s WHERE s.status = 'completed' AND s.dependents IS NOT NULL
+    )
+),
+-- A completed step no longer holds its inputs (0007_workflow_holds.sql): retention may take
+-- them once no other step needs them.
+unheld AS (
+    SELECT jobyard_unhold(
+               ARRAY(SELECT i.id
+                     FROM settled AS s CROSS JOIN LATERAL unnest(s.depends_on) AS i (id)
+                     WHERE s.status = 'completed')
+           ) AS n
+    WHERE EXISTS (
+        SELECT 1 FROM settled AS s WHERE s.status = 'completed' AND s.depends_on IS NOT NULL
     )
 ),
 freed AS (
@@ -690,7 +792,7 @@ durability AS (
 SELECT s.id
 FROM settled AS s
 WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability)
-      + (SELECT count(*) FROM released) >= 0;
+      + (SELECT count(*) FROM released) + (SELECT count(*) FROM unheld) >= 0;
 
 
 -- name: leases_renew

@@ -46,6 +46,8 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_claim",
     "jobs_ack",
     "jobs_release",
+    "jobs_unhold",
+    "jobs_drop",
     "leases_renew",
     "leases_reap",
     "jobs_expire",
@@ -344,12 +346,15 @@ class Scripts:
     """The Lua scripts, read once from ``scripts/*.lua`` and run with EVALSHA.
 
     redis-py's Script loads a script again after NOSCRIPT (a restarted or failed-over server
-    starts with an empty script cache). Job scripts get ``_lib.lua`` prepended.
+    starts with an empty script cache). Job scripts get ``_lib.lua`` and ``_flows.lua``
+    prepended.
     """
 
     def __init__(self, client: Any) -> None:
         folder = resources.files(__package__).joinpath("scripts")
-        lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
+        lib = "\n".join(
+            folder.joinpath(name).read_text(encoding="utf-8") for name in ("_lib.lua", "_flows.lua")
+        )
         self._scripts: dict[str, Script] = {}
         for name in SCRIPT_NAMES:
             text = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")

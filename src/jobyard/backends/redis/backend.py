@@ -33,9 +33,11 @@ into each script as ``ARGV[1]``.
 Retention: completed jobs (and results) expire ``result_ttl`` seconds after they finish (URL
 ``?result_ttl=``, default a day: a completed job holds about 0.64 KB of Redis memory, so a
 million jobs a day keep about 0.64 GB; a week would be 4.5 GB); failed and cancelled jobs are
-kept until purged unless ``?failed_ttl=`` is set. Other URL options: ``prefix`` (key prefix,
-default ``jobyard``), ``retry_for`` (seconds to keep retrying while Redis is unreachable,
-default 20) and ``socket_timeout`` (default 30); anything else goes to redis-py.
+kept until purged unless ``?failed_ttl=`` is set. A completed job a workflow step that has not
+completed still needs is held instead: no TTL, in a set of its own that retention never walks,
+until the move that takes its last hold off (``_flows.lua``). Other URL options: ``prefix``
+(key prefix, default ``jobyard``), ``retry_for`` (seconds to keep retrying while Redis is
+unreachable, default 20) and ``socket_timeout`` (default 30); anything else goes to redis-py.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from redis.exceptions import NoScriptError
@@ -71,6 +74,7 @@ from ..base import (
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
+    Purged,
     QueueConfig,
     QueueStats,
     Reaped,
@@ -178,6 +182,15 @@ def _links(jobs: Sequence[NewJob], ids: Sequence[str] | None = None) -> list[lis
             inputs = [p + 1 for p in j.after] if ids is None else [ids[p] for p in j.after]
             out[i] = [j.workflow_id, inputs, dependents[i]]
     return out
+
+
+@dataclass
+class _Paid:
+    """What paying owed entries did beyond releases (Cluster): waiting jobs deleted, and the
+    queues where a completed job was freed."""
+
+    waiting: int = 0
+    freed: set[str] = field(default_factory=set)
 
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
@@ -444,25 +457,44 @@ class RedisBackend:
             self.core.wake_after({queue: 1})
         return _record(queue, n, _pairs(reply[1:]))
 
-    def jobs_purge(self, params: JobsPurgeParams) -> int:
-        """Delete finished jobs whose finished_at <= now - older_than."""
+    def jobs_purge(self, params: JobsPurgeParams) -> Purged:
+        """Delete finished jobs whose finished_at <= now - older_than, but the completed ones a
+        workflow step still needs, with the waiting steps downstream (``jobs_purge.lua``; on
+        Cluster what another queue owes is paid here, and a queue where that freed completed
+        jobs is purged once more)."""
         if not params.statuses:
-            return 0
+            return Purged()
         if params.queue is not None:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
             queues = self.core.known_queues()
         now = self.core.now()  # one cutoff for every batch and queue
-        total = 0
-        for names in self.core.slices(queues):
-            keys = self.core.group_keys(names)
-            args = [now, str(len(names)), repr(float(params.older_than)), str(PURGE_BATCH)]
-            while True:
-                deleted = int(self.core.run("jobs_purge", keys, [*args, *params.statuses]))
-                total += deleted
-                if deleted < PURGE_BATCH:
-                    break
-        return total
+        head = [repr(float(params.older_than)), str(PURGE_BATCH), _ttl(self.settings.result_ttl)]
+        head += [self.keys.prefix, "" if self.cluster else "1", *params.statuses]
+        kept: dict[str, int] = {}  # held jobs kept, by the first queue of each call's slice
+        deleted, waiting = 0, 0
+        freed: set[str] = set()
+        slices = self.core.slices(queues)
+        while slices:
+            for names in slices:
+                keys = self.core.group_keys(names)
+                while True:
+                    reply = self.core.run("jobs_purge", keys, [now, str(len(names)), *head])
+                    deleted += int(reply[0])
+                    waiting += int(reply[1])
+                    kept[names[0]] = int(reply[2])
+                    notes = [(names[int(e[1]) - 1], e) for e in reply[4:]]
+                    if notes:
+                        paid = self._settle(notes)
+                        deleted += paid.waiting
+                        waiting += paid.waiting
+                        freed |= paid.freed
+                    if int(reply[3]) != 1:
+                        break
+            # Cluster: completed jobs freed in another queue by this purge go with it too.
+            slices = self.core.slices([q for q in queues if q in freed])
+            freed = set()
+        return Purged(deleted, waiting, sum(kept.values()))
 
     # worker side ------------------------------------------------------------------------------
 
@@ -651,23 +683,45 @@ class RedisBackend:
         refused, _, notes = self._fenced("jobs_ack", [o.id for o in outcomes], item, *head)
         return refused, notes
 
-    def _settle(self, notes: list[tuple[str, list[Any]]]) -> None:
-        """Cluster: wake the queues whose waiting jobs an ack or reap released, and pay the
-        releases it left owed to dependents in other queues (see :meth:`pay_owed`)."""
+    def _settle(self, notes: list[tuple[str, list[Any]]]) -> _Paid:
+        """Cluster: wake the queues whose waiting jobs an ack or reap released, and pay what a
+        script left owed to jobs of other queues (entries ``[tag, group, field, ids]``): the
+        releases of dependents (a job number as field, :meth:`pay_owed`), the holds of inputs
+        (``f<n>``) and the drops of waiting dependents (``d<n>``, which may owe more in turn;
+        paid until nothing is owed). See ``_flows.lua``."""
         woke: Counter[str] = Counter()
-        owed: list[tuple[str, str, str]] = []
-        for queue, entry in notes:
-            if entry[0] == "woke":
-                woke[queue] += int(entry[2])
-            else:
-                owed.append((queue, entry[2], entry[3]))
-        if owed:
-            woke.update(self.pay_owed(owed))
+        paid = _Paid()
+        while notes:
+            releases: list[tuple[str, str, str]] = []
+            holds: list[tuple[str, str, str]] = []
+            drops: list[tuple[str, str, str]] = []
+            for queue, entry in notes:
+                if entry[0] == "woke":
+                    woke[queue] += int(entry[2])
+                    continue
+                name = str(entry[2])
+                kind = {"f": holds, "d": drops}.get(name[:1], releases)
+                kind.append((queue, name, entry[3]))
+            notes = []
+            if releases:
+                woke.update(self.pay_owed(releases))
+            if holds:
+                paid.freed |= self._pay_holds(holds)
+            if drops:
+                notes = self._pay_drops(drops, paid)
         self.core.wake_after(dict(woke))
+        return paid
 
-    def _clear_owed(self, queue: str, numbers: list[str]) -> None:
+    def _clear_owed(self, queue: str, fields: list[str]) -> None:
         key = self.keys.owed(queue)
-        self.core.call(lambda: self.client.hdel(key, *numbers))
+        self.core.call(lambda: self.client.hdel(key, *fields))
+
+    def _clear_all(self, owed: Sequence[tuple[str, str, str]]) -> None:
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for queue, name, _ in owed:
+            by_queue[queue].append(name)
+        for queue, fields in by_queue.items():
+            self._clear_owed(queue, fields)
 
     def pay_owed(self, owed: Sequence[tuple[str, str, str]]) -> Counter[str]:
         """Cluster: pay releases owed by completed jobs ``(queue, number, dependents)`` to their
@@ -686,12 +740,51 @@ class RedisBackend:
             released[dep_queue] += int(
                 self.core.run("jobs_release", keys, [self.core.now(), dumps(pairs)])
             )
-        by_queue: dict[str, list[str]] = defaultdict(list)
-        for queue, n, _ in owed:
-            by_queue[queue].append(n)
-        for queue, numbers in by_queue.items():
-            self._clear_owed(queue, numbers)
+        self._clear_all(owed)
         return released
+
+    def _pay_holds(self, owed: Sequence[tuple[str, str, str]]) -> set[str]:
+        """Cluster: take the holds owed by jobs ``(queue, "f<n>", inputs)`` (completed, or
+        deleted before they completed) off their inputs in other queues (``jobs_unhold.lua``,
+        idempotent), then clear the entries. Returns the queues where that freed a job."""
+        pay: dict[str, list[list[str]]] = defaultdict(list)
+        for queue, name, inputs in owed:
+            for input_id in _ids(inputs):
+                parsed = parse_job_id(input_id)
+                if parsed is not None:
+                    pay[parsed[0]].append([parsed[1], make_id(queue, name[1:])])
+        ttl = _ttl(self.settings.result_ttl)
+        freed = set()
+        for queue, pairs in pay.items():
+            args = [self.core.now(), ttl, dumps(pairs)]
+            if int(self.core.run("jobs_unhold", self.keys.queue(queue), args)):
+                freed.add(queue)
+        self._clear_all(owed)
+        return freed
+
+    def _pay_drops(
+        self, owed: Sequence[tuple[str, str, str]], paid: _Paid
+    ) -> list[tuple[str, list[Any]]]:
+        """Cluster: delete the waiting dependents in other queues of deleted jobs ``(queue,
+        "d<n>", dependents)`` (``jobs_drop.lua``: only those still waiting), counting them in
+        ``paid``, then clear the entries. Returns what those deletions owe in turn."""
+        pay: dict[str, list[list[str]]] = defaultdict(list)
+        for queue, name, deps in owed:
+            for dep in _ids(deps):
+                parsed = parse_job_id(dep)
+                if parsed is not None:
+                    pay[parsed[0]].append([parsed[1], make_id(queue, name[1:])])
+        head = [_ttl(self.settings.result_ttl), self.keys.prefix]
+        notes: list[tuple[str, list[Any]]] = []
+        for queue, pairs in pay.items():
+            args = [self.core.now(), *head, dumps(pairs)]
+            reply = self.core.run("jobs_drop", self.keys.queue(queue), args)
+            paid.waiting += int(reply[0])
+            if int(reply[1]):
+                paid.freed.add(queue)
+            notes += [(queue, entry) for entry in reply[2:]]
+        self._clear_all(owed)
+        return notes
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block on the queues' wake lists (BLPOP) until an insert pushes a token or the timeout.
@@ -768,7 +861,9 @@ class RedisBackend:
     def jobs_expire(self, params: JobsExpireParams) -> int:
         """Retention: drop completed jobs older than ``result_ttl``, failed and cancelled ones
         older than ``failed_ttl`` (when set), and the pending jobs of a lapsed queue (ttl).
-        The hashes expired by themselves; this clears their index entries."""
+        The hashes expired by themselves (but those of failed or cancelled workflow jobs and
+        the held ones: see ``_flows.lua``); this clears their index entries, and deletes the
+        waiting steps downstream of a failed or cancelled one (on Cluster, paid here)."""
         if params.limit <= 0:
             return 0
         dropped = 0
@@ -779,8 +874,14 @@ class RedisBackend:
                 _ttl(self.settings.result_ttl),
                 _ttl(self.settings.failed_ttl),
                 str(params.limit),
+                self.keys.prefix,
+                "" if self.cluster else "1",
             ]
-            dropped += int(self.core.run("jobs_expire", self.core.group_keys(names), args))
+            reply = self.core.run("jobs_expire", self.core.group_keys(names), args)
+            dropped += int(reply[0])
+            notes = [(names[int(e[1]) - 1], e) for e in reply[1:]]
+            if notes:
+                dropped += self._settle(notes).waiting
         return dropped
 
     # queues, workers, stats -------------------------------------------------------------------

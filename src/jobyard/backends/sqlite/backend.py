@@ -61,6 +61,7 @@ from ..base import (
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
+    Purged,
     QueueConfig,
     QueueStats,
     Reaped,
@@ -349,31 +350,55 @@ class SQLiteBackend:
         self._shared.notify((rec.queue,))
         return _rows.record(row)
 
-    def jobs_purge(self, params: JobsPurgeParams) -> int:
-        """Delete finished jobs older than ``older_than`` seconds; how many."""
+    def jobs_purge(self, params: JobsPurgeParams) -> Purged:
+        """Delete finished jobs older than ``older_than`` seconds, but the held ones, with the
+        waiting steps that wait on them, then the inputs that freed; one write transaction."""
         statuses = list(params.statuses)
         if not statuses:
-            return 0
+            return Purged()
+        q = self._q
         with self._writing() as conn:
-            rows = conn.execute(
-                self._q["jobs_purge"],
-                {
-                    "statuses": json.dumps(statuses),
-                    "older_than": params.older_than,
-                    "queue": params.queue,
-                    "now": self.clock.now(),
-                },
-            ).fetchall()
-            gone: Counter[tuple[str, str]] = Counter()
-            steps: list[int] = []
-            for queue, status, step in rows:
-                gone[(queue, status)] -= 1
-                if step is not None:
-                    steps.append(step)
-            self._count(conn, gone)
+            args = {
+                "statuses": json.dumps(statuses),
+                "older_than": params.older_than,
+                "queue": params.queue,
+                "now": self._now(conn),
+            }
+            queues = (
+                [params.queue]
+                if params.queue is not None
+                else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
+            )
+            rows = []
+            for queue in queues:  # one index range per queue and status (see jobs_purge)
+                rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
+            # Workflows: the steps that can never run now go too, and every job deleted before
+            # it completed no longer holds its inputs; those it freed go if they match.
+            inputs = [r[2] for r in rows if r[1] != "completed" and r[4] > 0]
+            waiting: list[tuple[str, str, int, int, int]] = []
+            if inputs:
+                down = conn.execute(q["jobs_downstream"], {"ids": json.dumps(inputs)}).fetchall()
+                if down:
+                    ids = json.dumps([r[0] for r in down])
+                    waiting = conn.execute(q["jobs_purge_waiting"], {"ids": ids}).fetchall()
+            steps = [r[2] for r in (*rows, *waiting) if r[1] != "completed" and r[3] > 0]
             if steps:
-                conn.execute(self._q["job_links_delete"], {"ids": json.dumps(steps)})
-            return len(rows)
+                freed = conn.execute(q["jobs_unhold"], {"ids": json.dumps(steps)}).fetchall()
+                freed_ids = [r[0] for r in freed if r[0] is not None]
+                if freed_ids and "completed" in statuses:
+                    more = {**args, "ids": json.dumps(freed_ids)}
+                    rows += conn.execute(q["jobs_purge_freed"], more).fetchall()
+            kept = 0
+            if "completed" in statuses:
+                kept = conn.execute(q["jobs_held_count"], args).fetchone()[0]
+            gone: Counter[tuple[str, str]] = Counter()
+            for queue, status, *_ in rows:
+                gone[(queue, status)] -= 1
+            self._count(conn, gone)
+            linked = [r[2] for r in (*rows, *waiting) if r[3] > 0]
+            if linked:
+                conn.execute(q["job_links_delete"], {"ids": json.dumps(linked)})
+            return Purged(len(rows) + len(waiting), len(waiting), kept)
 
     # worker side ------------------------------------------------------------------------------
 
@@ -418,6 +443,7 @@ class SQLiteBackend:
         stale: list[str] = []
         moved: Counter[tuple[str, str]] = Counter()
         inputs: list[int] = []  # completed jobs that other jobs wait for
+        steps: list[int] = []  # completed jobs that waited for others (they held their inputs)
         with self._writing() as conn:
             now = self._now(conn)
             # One execution per outcome, not executemany: the per-row rowcount is what tells an
@@ -454,6 +480,8 @@ class SQLiteBackend:
                     moved[(rows[0][0], outcome.kind)] += 1
                     if outcome.kind == "completed" and rows[0][1]:
                         inputs.append(key)
+                    if outcome.kind == "completed" and rows[0][2]:
+                        steps.append(key)
                 elif cursor.rowcount != 1:
                     stale.append(outcome.id)
             self._count(conn, moved)
@@ -461,6 +489,9 @@ class SQLiteBackend:
                 # Same transaction as the completions: SQLite's single writer makes the
                 # release of a join exactly once, however its inputs' acks race.
                 conn.execute(self._q["jobs_release"], {"ids": json.dumps(inputs), "now": now})
+            if steps:
+                # A completed step no longer holds its inputs: retention may take them now.
+                conn.execute(self._q["jobs_unhold"], {"ids": json.dumps(steps)})
         if len(stale) < len(params.outcomes):
             # A retry or release makes a job due again, a completion may have made a workflow
             # step pending, and any settled job frees a slot of its queue's max_concurrency:

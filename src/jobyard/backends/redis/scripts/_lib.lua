@@ -72,6 +72,7 @@ local function keys_table(name)
   }
   k.base = string.sub(k.config, 1, -7) -- strip "config": "{prefix:queue}:"
   k.running = k.claims
+  k.held = k.base .. 'held' -- zset: completed jobs a workflow step still needs (see _flows.lua)
   return k
 end
 
@@ -163,7 +164,9 @@ local function retention_of(k, default)
   return tonumber(redis.call('HGET', k.config, 'retention')) or default
 end
 
--- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept).
+-- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept),
+-- but a failed or cancelled workflow job: its deletion must reach the jobs it is linked to
+-- (drop_linked in _flows.lua), which a key TTL would not, so only jobs_expire drops it.
 -- With `batch` the index entries join it (the caller sends it); `key` as for release_idem.
 local function to_finished(k, jk, n, status, now, ttl, batch, key)
   if batch then
@@ -174,7 +177,7 @@ local function to_finished(k, jk, n, status, now, ttl, batch, key)
     redis.call('ZADD', k['done_' .. status], now, n)
   end
   release_idem(k, jk, n, key)
-  if ttl > 0 then
+  if ttl > 0 and (status == 'completed' or redis.call('HEXISTS', jk, 'workflow_id') == 0) then
     redis.call('EXPIRE', jk, ttl)
   end
 end
@@ -285,11 +288,19 @@ local function parse_id(id)
   return string.match(id, '^(.*):(%d+)$')
 end
 
--- Deleting finished job n (purge, retention): its workflow index entry goes too. has_wf: the
--- queue's workflows hash exists (checked once per call, so plain queues pay nothing more).
+-- Deleting finished (or waiting) job n (purge, retention): its workflow index entry goes too.
+-- has_wf: the queue's workflows hash exists (checked once per call, so plain queues pay
+-- nothing more).
 local function drop_job(k, n, status, has_wf)
-  redis.call('DEL', job_key(k, n), k.base .. 'inputs:' .. n)
-  from_finished(k, n, status)
+  redis.call('DEL', job_key(k, n), k.base .. 'inputs:' .. n, k.base .. 'freed:' .. n)
+  if status == 'waiting' then
+    redis.call('ZREM', k.waiting, n)
+  else
+    from_finished(k, n, status)
+  end
+  if status == 'completed' then
+    redis.call('ZREM', k.held, n)
+  end
   if has_wf then
     local wf = redis.call('HGET', k.workflows, n)
     if wf then

@@ -19,10 +19,14 @@
 --          Cluster a dependent in another queue (another slot) cannot be reached here: the job's
 --          number goes into the owed set and the caller pays the release (jobs_release.lua),
 --          then clears the entry; leases_reap.lua reports entries a dead caller left.
+--          A completed job with dependents is held (the held set, no TTL) while one of them
+--          has not completed, and a completed step takes a hold off each of its inputs, which
+--          may free them (_flows.lua); on Cluster an input in another queue is owed ("f<n>").
 -- Returns: the 1-based positions of the outcomes refused because the job was not running with
 --          that token (a stale worker); nothing changed for those. Then, Cluster only, arrays:
---          {"owed", group, number, dependents} for each release owed, and {"woke", group,
---          count} for a group whose own waiting jobs became pending (the caller wakes them).
+--          {"owed", group, number, dependents} for each release owed, {"owed", group,
+--          "f<number>", inputs} for each hold owed, and {"woke", group, count} for a group
+--          whose own waiting jobs became pending (the caller wakes them).
 
 local now = now_from(ARGV[1])
 local result_ttl = tonumber(ARGV[2])
@@ -30,7 +34,8 @@ local failed_ttl = tonumber(ARGV[3])
 local prefix = ARGV[4]
 local single = ARGV[5] == '1'
 local outcomes = cjson.decode(ARGV[6])
-local notes = {} -- Cluster: owed releases and wake counts
+local notes = {} -- Cluster: owed releases and holds, and wake counts
+local ctx = new_ctx(now, result_ttl, single, prefix, notes)
 local woke = {} -- single node: wake list key -> count; Cluster: group -> count
 
 -- Completed job n of group g (keys k) lists dependents `deps`: count it as their input.
@@ -69,7 +74,7 @@ for i, o in ipairs(outcomes) do
   end
   local jk = job_key(k, n)
   local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at',
-    'dependents', 'idempotency_key')
+    'dependents', 'idempotency_key', 'depends_on')
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
@@ -97,9 +102,19 @@ for i, o in ipairs(outcomes) do
       end
       redis.call('HDEL', jk, unpack(gone))
       redis.call('HSET', jk, unpack(set))
-      to_finished(k, jk, n, 'completed', now, kept[g], done, cur[7])
+      if cur[6] and holds_at_completion(k, jk, n, cur[6]) then
+        batch_add(done, 'ZADD', k.completed, n, n)
+        redis.call('ZADD', k.held, now, n)
+        release_idem(k, jk, n, cur[7])
+      else
+        to_finished(k, jk, n, 'completed', now, kept[g], done, cur[7])
+      end
       if cur[6] then
         release(k, g, n, cur[6])
+      end
+      if cur[8] then
+        ctx.g = g
+        unhold_inputs(ctx, k, n, cur[8])
       end
     elseif kind == 'failed' then
       redis.call('HDEL', jk, 'token', 'lease_expires_at')

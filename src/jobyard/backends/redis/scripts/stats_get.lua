@@ -2,7 +2,7 @@
 --
 -- KEYS: the 16 keys of each queue group (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups
--- Touches: nothing (ZCARD and ZCOUNT on the state indexes).
+-- Touches: nothing (ZCARD and ZCOUNT on the state indexes and held).
 -- Returns: 8 integers per group: waiting, pending, running, completed, failed, cancelled, completed in
 --          the last 60 seconds, 1 if the queue has a configuration.
 
@@ -17,7 +17,9 @@ for g = 1, ng do
   out[#out + 1] = redis.call('ZCARD', k.completed)
   out[#out + 1] = redis.call('ZCARD', k.failed)
   out[#out + 1] = redis.call('ZCARD', k.cancelled)
+  -- completed jobs a workflow step still needs are in held, scored by finish time too
   out[#out + 1] = redis.call('ZCOUNT', k.done_completed, now - 60, '+inf')
+    + redis.call('ZCOUNT', k.held, now - 60, '+inf')
   out[#out + 1] = redis.call('EXISTS', k.config)
 end
 return out
