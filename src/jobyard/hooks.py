@@ -4,13 +4,18 @@ Register with ``app.on_enqueue(fn)``, ``app.before_job(fn)``, ``app.after_job(fn
 ``app.on_dead(fn)`` (each returns ``fn``, so they work as decorators). Hooks are plain functions
 of one event; they run in the process that enqueues (``on_enqueue``) or in the worker, on the
 thread (or, for async handlers, the event loop) of the job they see, so they should be quick.
-A hook that raises is logged and skipped: it never changes a job's outcome or stops a worker.
-Metrics, structured logs and tracing are built on these.
+A hook that raises is logged and skipped, whatever it raises (``SystemExit``, ``KeyboardInterrupt``
+and every other ``BaseException`` included): it never changes a job's outcome or stops a worker.
+One exception: a ``KeyboardInterrupt`` in an ``on_enqueue`` hook on the main thread is logged
+and raised again, since there it is the user pressing Ctrl-C in the program that enqueues (the
+job is stored by then; only the hooks after it are skipped). Metrics, structured logs and
+tracing are built on these.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -81,8 +86,24 @@ class Hooks:
         for fn in self._hooks[kind]:
             try:
                 fn(event)
-            except Exception:  # a hook must not change the job's outcome or stop the worker
+            except BaseException as exc:  # a hook changes no outcome and stops no worker
+                if _interrupted(kind, exc):
+                    log.warning("%s hook %s interrupted for job %s", kind, _name(fn), event.id)
+                    raise
                 log.exception("%s hook %s failed for job %s", kind, _name(fn), event.id)
+
+
+def _interrupted(kind: str, exc: BaseException) -> bool:
+    """True for Ctrl-C in the program that enqueues: a ``KeyboardInterrupt`` in an
+    ``on_enqueue`` hook on the main thread, where Python delivers SIGINT. Swallowing it would
+    leave that program unable to stop while a slow hook runs. Everywhere else (a worker's
+    threads and event loop, where no signal raises it, and ``testing.drain``, which records a
+    handler's own ``KeyboardInterrupt`` as its job's outcome) it is the hook's own doing."""
+    return (
+        kind == "on_enqueue"
+        and isinstance(exc, KeyboardInterrupt)
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 def _name(fn: Hook) -> str:

@@ -24,8 +24,9 @@ from .clock import FrozenClock
 from .errors import Retry
 from .job import Job, Status
 from .worker import executor
+from .worker.executor import JobTimeout
 
-__all__ = ["FrozenClock", "assert_enqueued", "drain", "enqueued"]
+__all__ = ["FrozenClock", "JobTimeout", "assert_enqueued", "drain", "enqueued"]
 
 
 def drain(
@@ -39,10 +40,18 @@ def drain(
     thread until none is due; returns how many attempts ran. Jobs that fail with attempts left
     go back to pending with their backoff: with a frozen clock, advance it and drain again.
 
+    A handler's ``timeout`` ends its attempt as a worker would: an async handler is cancelled
+    at the deadline; a sync one runs to its end (a thread cannot be killed, here or in a
+    worker), and if that was past the deadline the attempt fails with the worker's timeout
+    error, whatever it returned.
+
     With ``raise_errors=True`` the first exception a handler raises is raised again here, with
     its own traceback, once its job's outcome is recorded (retried or failed, as a worker would
     have done); draining stops there. ``jobyard.Retry`` is a request, not an error, and is not
-    raised again; ``jobyard.Drop`` is."""
+    raised again; ``jobyard.Drop`` is. An attempt jobyard failed without the handler raising is
+    raised too, naming the job: :class:`JobTimeout` (a ``TimeoutError``) for a timeout, chained
+    to whatever a late sync handler raised; a ``TypeError`` for a result JSON cannot hold; a
+    ``JobyardError`` for a job that could not run (no handler registered, a corrupt record)."""
     names = list(queues) if queues else sorted({jf.opts.queue for jf in app.registry.values()})
     names = names or ["default"]
     backend = app.backend
@@ -54,10 +63,17 @@ def drain(
         if not jobs:
             return ran
         raised: list[BaseException] = []
-        left = pipeline.execute(jobs[0], _keeping(raised) if raise_errors else None)
-        if left is not None:
-            backend.jobs_ack(JobsAckParams([left]))
+        done = pipeline.execute(jobs[0], _keeping(raised) if raise_errors else None)
+        if done.left is not None:
+            backend.jobs_ack(JobsAckParams([done.left]))
         ran += 1
+        if not raise_errors:
+            continue
+        if done.failure is not None:
+            # Chained to what the handler raised, but for the cancellation that stopped an
+            # async one at its deadline (the timeout's own doing, not the handler's).
+            late = raised[0] if raised else None
+            raise done.failure from (None if isinstance(late, asyncio.CancelledError) else late)
         if raised:
             raise raised[0]
     return ran
@@ -67,8 +83,7 @@ def _keeping(raised: list[BaseException]) -> Callable[[executor.Call], executor.
     """A wrap for Pipeline.execute that keeps what the handler raised (a Retry excepted)."""
 
     def keep(exc: BaseException) -> None:
-        # A Retry asks for another attempt; a CancelledError is the timeout's, not the handler's.
-        if not isinstance(exc, Retry | asyncio.CancelledError):
+        if not isinstance(exc, Retry):  # a Retry asks for another attempt: not an error
             raised.append(exc)
 
     def wrap(call: executor.Call) -> executor.Call:

@@ -25,12 +25,18 @@ MIN_GAP = 0.004  # seconds between the starts of two writes
 
 
 class Completer:
-    """Batches outcomes into ``jobs_ack`` calls; ``on_acked`` hears which ids were settled."""
+    """Batches outcomes into ``jobs_ack`` calls; ``on_acked(batch, refused)`` hears which
+    outcomes were written and which of them the store refused (their lease was lost).
+
+    A write holds at most one outcome per job id: the store names refused outcomes by id, and
+    a worker that stalled may hold two attempts of one job (the stale one, whose outcome is
+    refused, and the one it claimed again after the stale lease lapsed). With one per id, each
+    refused id names exactly one outcome; a second one for that id goes in the next write."""
 
     def __init__(
         self,
         backend: Backend,
-        on_acked: Callable[[list[Outcome], list[str]], None],
+        on_acked: Callable[[list[Outcome], list[Outcome]], None],
         stopped: threading.Event,
     ) -> None:
         self.backend = backend
@@ -58,29 +64,33 @@ class Completer:
 
     def _run(self) -> None:
         last = 0.0
-        while True:
-            first = self._queue.get()
-            gap = MIN_GAP - (time.monotonic() - last)
-            if gap > 0 and first is not None:
-                time.sleep(gap)  # busy: let this batch grow rather than write one outcome
-            batch: list[Outcome] = []
-            done = first is None
-            if first is not None:
+        later: list[Outcome] = []  # a second outcome for an id already in the batch
+        done = False
+        while not done or later:
+            batch, later = _one_per_id(later)
+            if not batch:
+                first = self._queue.get()
+                if first is None:
+                    return
                 batch.append(first)
-            while len(batch) < MAX_BATCH:
+            gap = MIN_GAP - (time.monotonic() - last)
+            if gap > 0:
+                time.sleep(gap)  # busy: let this batch grow rather than write one outcome
+            ids = {o.id for o in batch}
+            while not done and len(batch) < MAX_BATCH:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is None:
                     done = True
-                    break
-                batch.append(item)
-            if batch:
-                last = time.monotonic()
-                self._write(batch)
-            if done:
-                return
+                elif item.id in ids:
+                    later.append(item)
+                else:
+                    ids.add(item.id)
+                    batch.append(item)
+            last = time.monotonic()
+            self._write(batch)
 
     def _write(self, batch: list[Outcome]) -> None:
         stale = call_with_retry(
@@ -94,6 +104,26 @@ class Completer:
             # reaper will hand these jobs out again (at-least-once).
             log.error("could not acknowledge %d jobs; they will run again", len(batch))
             stale = [o.id for o in batch]
-        for job_id in stale:
-            log.warning("job %s: outcome refused, the lease was lost to another worker", job_id)
-        self.on_acked(batch, stale)
+        refused_ids = set(stale)
+        refused = [o for o in batch if o.id in refused_ids]  # one outcome per id in a batch
+        for outcome in refused:
+            log.warning(
+                "job %s: outcome %s refused, the lease was lost to another worker",
+                outcome.id,
+                outcome.kind,
+            )
+        self.on_acked(batch, refused)
+
+
+def _one_per_id(outcomes: list[Outcome]) -> tuple[list[Outcome], list[Outcome]]:
+    """Split ``outcomes`` into a batch with one outcome per id and the rest, order kept."""
+    batch: list[Outcome] = []
+    rest: list[Outcome] = []
+    ids: set[str] = set()
+    for outcome in outcomes:
+        if outcome.id in ids:
+            rest.append(outcome)
+        else:
+            ids.add(outcome.id)
+            batch.append(outcome)
+    return batch, rest

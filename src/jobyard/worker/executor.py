@@ -26,19 +26,21 @@ from ..backends.base import (
     as_transactional,
     bounded_delay,
 )
-from ..errors import Drop, Retry
+from ..errors import Drop, JobyardError, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
 from ..job import DELIVERIES, JobFunction, encode_result
 from ..retry import Backoff
 from ..workflow import feed_value
+from ._progress import fit_progress
 
 log = logging.getLogger("jobyard.worker")
 
 _current: contextvars.ContextVar[JobContext] = contextvars.ContextVar("jobyard_job")
 
 
-class JobTimeout(Exception):
-    """The handler ran past its job's timeout."""
+class JobTimeout(TimeoutError):
+    """The handler ran past its job's timeout (``testing.drain(raise_errors=True)`` raises it;
+    a ``TimeoutError``, so ``except TimeoutError`` catches it too)."""
 
 
 class CancelRequested(Exception):
@@ -60,6 +62,11 @@ class JobContext:
     # (compared by identity, so the two threads never write the same field).
     _progress: Progress | None = field(default=None, repr=False)
     _progress_sent: Progress | None = field(default=None, repr=False)
+    # What this attempt's progress reports were warned about (each once, not once per call).
+    _warned: set[str] = field(default_factory=set, repr=False)
+    # Why jobyard (not the handler) failed this attempt: a timeout, a result JSON cannot hold.
+    # ``testing.drain(raise_errors=True)`` raises it.
+    _failure: BaseException | None = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -98,8 +105,19 @@ class JobContext:
         """Record how far the job has got: ``fraction`` from 0 to 1 and a short ``note`` (at
         most 200 characters). Only the latest value is kept, in memory: the worker sends it
         with its next lease renewal (at most a second later), so calling this in a tight loop
-        costs no round trip. ``app.get(id).progress`` reads it."""
-        self._progress = Progress(self.job.id, fraction, note)
+        costs no round trip. ``app.get(id).progress`` reads it.
+
+        A report never fails the job: a fraction outside 0..1 is clamped into it, one that is
+        not a number (or is NaN) is ignored (the previous report stands), a note that is not
+        text is stored as its ``str()``, and a longer one is cut; each with one warning on the
+        ``jobyard.worker`` logger per attempt, however often it is repeated."""
+        value, text, problems = fit_progress(fraction, note)
+        for kind, message in problems:
+            if kind not in self._warned:
+                self._warned.add(kind)
+                log.warning("job %s: %s", self.job.id, message)
+        if value is not None:
+            self._progress = Progress(self.job.id, value, text)
 
 
 def current_job() -> JobContext:
@@ -176,11 +194,13 @@ def resolve(job: ClaimedJob, registry: dict[str, JobFunction[Any, Any]]) -> Call
     return Call(jf.func, jf.is_async, args, kwargs, data.get("feed"))
 
 
-def succeed(job: ClaimedJob, value: Any) -> Outcome:
-    """The outcome of a handler that returned ``value``."""
+def succeed(ctx: JobContext, value: Any) -> Outcome:
+    """The outcome of a handler that returned ``value`` (a failure if JSON cannot hold it)."""
+    job = ctx.job
     try:
         return Outcome(job.id, job.token, "completed", result=encode_result(value))
     except TypeError as exc:
+        ctx._failure = TypeError(f"job {job.id} ({job.name}): {exc}")
         return classify(job, exc, f"TypeError: {exc}")
 
 
@@ -224,6 +244,11 @@ def timed_out(job: ClaimedJob) -> Outcome:
     )
 
 
+def timeout_error(job: ClaimedJob) -> JobTimeout:
+    """The error of a job whose handler overran its timeout, naming the job."""
+    return JobTimeout(f"job {job.id} ({job.name}): timed out after {job.timeout}s")
+
+
 def run_sync(ctx: JobContext, call: Call) -> Outcome:
     """Call a synchronous handler on this thread (the worker watches its timeout). Whatever it
     raises, SystemExit and KeyboardInterrupt included, is its job's outcome: a handler cannot
@@ -235,7 +260,7 @@ def run_sync(ctx: JobContext, call: Call) -> Outcome:
         return stopped(ctx, exc)
     finally:
         _current.reset(token)
-    return succeed(ctx.job, value)
+    return succeed(ctx, value)
 
 
 async def run_async(ctx: JobContext, call: Call) -> Outcome:
@@ -254,6 +279,7 @@ async def run_async(ctx: JobContext, call: Call) -> Outcome:
                 value = await call.func(*call.args, **call.kwargs)
     except TimeoutError as exc:
         if deadline is not None and deadline.expired():
+            ctx._failure = timeout_error(ctx.job)
             return timed_out(ctx.job)
         return classify(ctx.job, exc)  # the handler's own TimeoutError
     except asyncio.CancelledError as exc:
@@ -268,7 +294,7 @@ async def run_async(ctx: JobContext, call: Call) -> Outcome:
         return stopped(ctx, exc)
     finally:
         _current.reset(token)
-    return succeed(ctx.job, value)
+    return succeed(ctx, value)
 
 
 def settle_transaction(
@@ -332,6 +358,18 @@ def _summary(error: str | None) -> str:
     lines = [line for line in (error or "").strip().splitlines() if line.strip()]
     text = lines[-1].strip() if lines else ""
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """What :meth:`Pipeline.execute` did with one job: the ``outcome`` decided, what is ``left``
+    to acknowledge (None: the handler's transaction recorded it), and the ``failure`` jobyard
+    failed the attempt with when the handler raised nothing that explains it (a timeout, a
+    result JSON cannot hold, no handler to run)."""
+
+    outcome: Outcome
+    left: Outcome | None
+    failure: BaseException | None
 
 
 class Pipeline:
@@ -446,17 +484,24 @@ class Pipeline:
             if dead:
                 self.hooks.run("on_dead", event)
 
-    def execute(
-        self, job: ClaimedJob, wrap: Callable[[Call], Call] | None = None
-    ) -> Outcome | None:
+    def execute(self, job: ClaimedJob, wrap: Callable[[Call], Call] | None = None) -> Executed:
         """Every step but the acknowledgement, in this thread (an async handler runs in a
-        fresh event loop); returns the outcome left to acknowledge. ``wrap`` may replace the
-        call about to be made (``testing.drain`` uses it to keep the handler's exception)."""
+        fresh event loop); returns what is left to acknowledge. ``wrap`` may replace the
+        call about to be made (``testing.drain`` uses it to keep the handler's exception).
+
+        A sync handler's timeout is applied when it returns: no thread watches it here, and a
+        thread cannot be killed (the worker cannot stop one either: it fails the attempt at
+        the deadline and discards what the handler returns later). An overrun ends as the
+        worker ends it, the attempt failed with the worker's timeout error, whatever the
+        handler returned or raised; a transaction it opened is rolled back."""
         ctx = self.context(job)
         prepared = self.prepare_here(ctx)
         seconds = None
         if isinstance(prepared, Outcome):
             outcome = prepared
+            if outcome.kind != "completed":  # no handler, a corrupt record, an input gone
+                reason = _summary(outcome.error)
+                ctx._failure = JobyardError(f"job {job.id} ({job.name}) did not run: {reason}")
         else:
             if wrap is not None:
                 prepared = wrap(prepared)
@@ -466,9 +511,13 @@ class Pipeline:
             else:
                 outcome = self.perform_sync(ctx, prepared)
             seconds = time.monotonic() - t0
+            if not prepared.is_async and job.timeout is not None and seconds > job.timeout:
+                log.warning("job %s: timed out after %ss", job.id, job.timeout)
+                ctx._failure = timeout_error(job)
+                outcome = timed_out(job)
         left = self.settle(ctx, outcome)
         self.record(job, outcome, seconds)
-        return left
+        return Executed(outcome, left, ctx._failure)
 
     def _event(
         self,

@@ -6,7 +6,12 @@ The renewal also carries what a handler reported with ``current_job().progress``
 one, and brings back which of the renewed jobs someone asked to cancel. A lease is renewed every
 third of its length; a job whose progress changed is renewed sooner, but at most once every
 ``PROGRESS_GAP`` seconds, so a handler reporting progress in a tight loop costs one small write
-a second, batched with every other job due."""
+a second, batched with every other job due.
+
+The worker holds its jobs by (id, token), one entry per attempt: a job whose lease lapsed while
+this worker stalled may be claimed again by this same worker while the stalled attempt is still
+held. A renewal carries one pair per id, so each id the store reports back names the token that
+was sent for it, and a "lost" reply marks that attempt alone, never the newer one."""
 
 from __future__ import annotations
 
@@ -38,11 +43,13 @@ def scan(running: Iterable[Running], now: float, hold: float | None) -> Beat:
     renewal's next time on by a third of its lease). ``hold`` None: buffered jobs never wait
     too long (a fixed prefetch)."""
     beat = Beat()
+    ids: set[str] = set()  # one pair per id: the store answers by id (see the module's doc)
     for run in running:
         ctx = run.ctx
         fresh = ctx._progress is not ctx._progress_sent and not run.settled
         due = run.next_renew <= now or (fresh and run.renewed_at + PROGRESS_GAP <= now)
-        if due and not run.lost:
+        if due and not run.lost and run.job.id not in ids:
+            ids.add(run.job.id)  # another attempt of it waits for the next beat, 50 ms later
             beat.renew.append((run.job.id, run.job.token))
             run.next_renew = now + run.job.lease / 3
             run.renewed_at = now
@@ -62,14 +69,20 @@ def renew(
     backend: Backend,
     worker_id: str,
     beat: Beat,
-    running: Mapping[str, Running],
+    running: Mapping[tuple[str, str], Running],
     lock: threading.Lock,
     now: float,
-) -> list[str]:
+) -> list[tuple[str, str]]:
     """Renew the leases due in one round trip, with the fresh progress; mark the ones the store
-    says are lost (their outcome will be refused). Returns the renewed jobs with a cancellation
-    request. If the store is away, try again within a second, not a third of a lease from now,
-    so a short outage does not cost the leases it straddles."""
+    says are lost (their outcome will be refused). Returns the (id, token) of the renewed jobs
+    with a cancellation request. If the store is away, try again within a second, not a third
+    of a lease from now, so a short outage does not cost the leases it straddles.
+
+    The store answers with ids; each is matched back to the token this request sent for it
+    (one per id, see :func:`scan`). By the time the answer arrives this worker may hold a newer
+    attempt of the same job (claimed again after the stale one's lease lapsed): that attempt's
+    lease is not the one the answer is about, and marking it lost would stop its renewals and
+    let a healthy attempt lapse."""
     due = beat.renew
     if not due:
         return []
@@ -77,17 +90,23 @@ def renew(
         renewed = backend.leases_renew(LeasesRenewParams(worker_id, due, beat.progress))
     except Exception:
         with lock:
-            for job_id, _ in due:
-                if (pending := running.get(job_id)) is not None:
+            for key in due:
+                if (pending := running.get(key)) is not None:
                     pending.next_renew = min(pending.next_renew, now + RETRY_RENEWAL)
         raise
-    lost = renewed.lost
+    sent = dict(due)
+    lost = [(job_id, sent[job_id]) for job_id in renewed.lost if job_id in sent]
+    marked = []
     with lock:
-        for job_id in lost:
-            if (gone := running.get(job_id)) is not None:
+        for key in lost:
+            if (gone := running.get(key)) is not None and not gone.lost:
                 gone.lost = True
-    for job_id in lost:
+                marked.append(gone)
+    for run in marked:
         log.warning(
-            "job %s: lease lost (another worker may run it); its outcome will be refused", job_id
+            "job %s: attempt %d lost its lease (the job may run again, here or on another "
+            "worker); its outcome will be refused",
+            run.job.id,
+            run.job.attempts,
         )
-    return renewed.cancel_requested
+    return [(job_id, sent[job_id]) for job_id in renewed.cancel_requested if job_id in sent]

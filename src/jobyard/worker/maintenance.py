@@ -110,7 +110,13 @@ class Maintenance:
     def tick(self) -> None:
         """One round of maintenance."""
         for job in self.backend.leases_reap(LeasesReapParams()):
-            log.warning("job %s: lease lapsed (its worker is gone); now %s", job.id, job.status)
+            # All the store knows: the lease was not renewed in time. Its worker may be dead,
+            # or alive but stalled (paused, starved, cut off); it will be refused if it wakes.
+            log.warning(
+                "job %s: lease lapsed (the worker running it stopped renewing it); now %s",
+                job.id,
+                job.status,
+            )
         expired = self.backend.jobs_expire(JobsExpireParams())
         if expired:
             log.debug("retention: %d jobs expired", expired)

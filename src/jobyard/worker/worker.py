@@ -121,7 +121,10 @@ class Worker:
         self.claimed = 0  # jobs they brought
         self.handed_back = 0  # buffered jobs handed back unstarted (see _slots.py)
         self._lock = threading.Lock()
-        self._running: dict[str, Running] = {}
+        # Every attempt held, by (id, token): after a stall this worker may claim a job again
+        # while it still holds the attempt whose lease lapsed, and a reply about one attempt (a
+        # lost lease, a refused outcome) must never be applied to the other.
+        self._running: dict[tuple[str, str], Running] = {}
         self._held = 0  # jobs handed to a thread or task and not yet returned from it
         self._open = 0  # jobs with no outcome decided yet
         self._slot_freed = threading.Event()
@@ -325,7 +328,7 @@ class Worker:
                 run = Running(
                     job, ctx, next_renew=now + job.lease / 3, renewed_at=now, claimed_at=now
                 )
-                self._running[job.id] = run
+                self._running[job.id, job.token] = run
                 self._held += 1
                 self._open += 1
                 jf = registry.get(job.name)
@@ -468,12 +471,12 @@ class Worker:
         self.completer.put(outcome)
         self.pipeline.record(run.job, outcome, None)
 
-    def _on_acked(self, outcomes: list[Outcome], stale: list[str]) -> None:
+    def _on_acked(self, outcomes: list[Outcome], refused: list[Outcome]) -> None:
+        """The store settled ``outcomes`` (``refused``: those it turned down, their lease lost):
+        either way this worker is done with those attempts, and only those."""
         with self._lock:
             for o in outcomes:
-                run = self._running.get(o.id)
-                if run is not None and run.job.token == o.token:
-                    del self._running[o.id]
+                self._running.pop((o.id, o.token), None)
             self._idle.notify_all()
             wake = self._wanted_locked() > 0
         if wake:
@@ -538,15 +541,15 @@ class Worker:
         if asked:
             self._cancel_requested(asked)
 
-    def _cancel_requested(self, ids: list[str]) -> None:
+    def _cancel_requested(self, keys: list[tuple[str, str]]) -> None:
         """Someone asked to cancel these jobs: a job still waiting for a slot ends cancelled
         now; an async handler's task is cancelled; a sync handler sees
         ``current_job().cancel_requested`` and may stop (it cannot be interrupted)."""
         with self._lock:
             runs = [
                 run
-                for job_id in ids
-                if (run := self._running.get(job_id)) is not None
+                for key in keys
+                if (run := self._running.get(key)) is not None
                 and not run.settled
                 and not run.ctx._cancel_requested
             ]
