@@ -403,6 +403,7 @@ end
 local function insert_jobs(o)
   local ng = #o.names
   local groups, cfg, fresh = {}, {}, {} -- fresh: new jobs per group that will be pending
+  local counted = {} -- new jobs per group, waiting or pending: what max_pending caps
   for g = 1, ng do
     groups[g] = queue_keys(g)
     if not o.dry then
@@ -410,6 +411,7 @@ local function insert_jobs(o)
     end
     cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending')
     fresh[g] = 0
+    counted[g] = 0
   end
 
   -- First pass: which jobs are new. A key held by a pending or running job of the same queue
@@ -438,6 +440,7 @@ local function insert_jobs(o)
     else
       plan[i] = {}
       created_total = created_total + 1
+      counted[g] = counted[g] + 1
       if not waits_on(job) then
         fresh[g] = fresh[g] + 1
       end
@@ -447,10 +450,12 @@ local function insert_jobs(o)
     end
   end
 
+  -- A waiting step counts with the pending jobs (it will run in this queue), so its release
+  -- to pending later never needs the room checked again.
   for g = 1, ng do
     local max_pending = tonumber(cfg[g][3])
-    if max_pending and fresh[g] > 0
-      and redis.call('ZCARD', groups[g].pending) + fresh[g] > max_pending then
+    if max_pending and counted[g] > 0 and redis.call('ZCARD', groups[g].pending)
+      + redis.call('ZCARD', groups[g].waiting) + counted[g] > max_pending then
       return {'full', o.names[g], cfg[g][3]}
     end
   end
