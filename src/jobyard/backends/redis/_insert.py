@@ -369,9 +369,10 @@ class _Batch:
         return bool(self.core.call(lambda: self.core.client.hget(key, "state")) == "aborted")
 
     def _committed_anyway(self, ttl_ms: str) -> tuple[dict[str, int], list[str]]:
-        if self.core.cluster:
-            return self._publish(ttl_ms)
-        return {}, list(self.queues)  # a single node published it in the commit's own script
+        """Finish publishing a batch found committed after a failure; then merge every queue
+        (a queue published before the failure may have a segment: a no-op where none)."""
+        due = self._publish(ttl_ms)[0] if self.core.cluster else {}
+        return due, list(self.queues)
 
     def _finish(self, due: dict[str, int], segmented: list[str]) -> None:
         """After the batch is visible: merge its segments and forget it (wake the workers on
@@ -426,8 +427,8 @@ def reap(core: Core) -> int:
             log.warning("redis: deleting batch %s, abandoned by its producer", batch_id)
             batch._clean()
         elif state == "committed":
-            due, segmented = batch._publish("")
-            batch._merge(segmented)
+            due, _ = batch._publish("")
+            batch._merge(batch.queues)  # parts published before may have segments too
             batch._close(due)
         else:  # published: its segments are left to merge
             batch._merge(batch.queues)
