@@ -262,6 +262,12 @@ class JobsInsertParams:
     pending jobs plus the batch's new jobs of that queue (waiting or not) exceed it. The cap is
     checked at insert only: a waiting step released to ``pending`` by its last input's
     completion was counted when it was accepted, and is never refused.
+
+    All or nothing for readers as well: no claim, listing, count or read by id sees a job of
+    the batch before all of it is stored. A store that cannot store a large batch in one short
+    move (Redis, where a long script stops every other client) writes it in several, hidden
+    until a last move publishes it; one abandoned half-way is deleted, by its producer or by
+    ``leases_reap`` (see :class:`LeasesReapParams`).
     """
 
     jobs: Sequence[NewJob]
@@ -392,7 +398,9 @@ class JobsCancelParams:
 @dataclass(frozen=True, slots=True)
 class LeasesReapParams:
     """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
-    a cancellation request is cancelled (``CANCEL_LOST_ERROR``)."""
+    a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
+    batches in several calls (see :class:`JobsInsertParams`) also takes over those whose
+    producer stopped past their deadline: deletes one not complete, publishes one complete."""
 
     limit: int = 1000
 

@@ -258,9 +258,10 @@ local function count_input(dk, n, now, input)
   local f = redis.call('HMGET', jk, 'status', 'priority', 'run_at')
   local counted = dk.base .. 'inputs:' .. n
   if not f[1] and input then
-    -- Cluster writes a workflow queue by queue: an input in a queue written first can complete
-    -- before its step exists. Keep the count (insert_jobs subtracts it); the set expires if
-    -- the step never comes (its insert failed half-way, or it was purged).
+    -- The step does not exist: purged after a cancel, or (a producer of an earlier version,
+    -- which wrote a Cluster workflow queue by queue, unstaged) not written yet. Keep the count
+    -- (insert_jobs subtracts it); the set expires if the step never comes. A staged batch
+    -- stores every step before any of its inputs can be claimed.
     redis.call('SADD', counted, input)
     redis.call('EXPIRE', counted, EARLY_INPUTS_TTL)
     return 0
@@ -642,7 +643,7 @@ local function insert_jobs(o)
       local joined = waiting and type(job[15]) == 'string' and job[15]
       local ninputs = waiting and (joined and count_ids(joined) or #job[15])
       if joined then
-        -- Cluster: inputs in queues written before this one may have completed already.
+        -- inputs counted before the step existed (see count_input)
         local counted = k.base .. 'inputs:' .. n
         early = redis.call('SCARD', counted)
         if early >= ninputs then
