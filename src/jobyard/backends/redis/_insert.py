@@ -1,7 +1,8 @@
 """Inserting jobs on Redis: a batch in one script when it is small, else staged.
 
 Redis serves nobody while a script runs, so a batch is one script only while that is short:
-at most :data:`SLICE_JOBS` jobs and :data:`SLICE_BYTES` of rows (about 15-30 ms of Redis time).
+at most :data:`SLICE_JOBS` jobs (500 workflow steps) and :data:`SLICE_BYTES` of rows (about
+10-35 ms of Redis time).
 A larger batch, and on Cluster any batch that spans queues (their slots may sit on different
 nodes, where no script reaches them all), is *staged* (see "Staged batches" in
 ``scripts/_lib.lua``):
@@ -50,7 +51,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobyard.redis")
 
-SLICE_JOBS = 1000  # jobs per script: 12 ms of Redis time for plain jobs, 25 ms for workflow steps
+# Jobs per script: 1000 plain jobs are 12-24 ms of Redis time, 1000 workflow steps 22-67 ms
+# (idle to loaded), so a workflow step counts as two.
+SLICE_JOBS = 1000
 SLICE_BYTES = 1_000_000  # characters of rows per script (decoding and HSET scale with them)
 STAGE_TTL = 30.0  # seconds a staging batch may go unrenewed before the reaper aborts it
 RENEW_EVERY = 5.0  # seconds between a producer's renewals of its batch's deadline
@@ -134,11 +137,16 @@ def _size(job: NewJob) -> int:
     return 200 + len(job.payload) + 16 * len(job.after)
 
 
+def _units(job: NewJob) -> int:
+    """A job's share of :data:`SLICE_JOBS`: a workflow step writes twice what a job does."""
+    return 2 if job.workflow_id is not None or job.after else 1
+
+
 def needs_stage(core: Core, jobs: Sequence[NewJob], queues: Sequence[str]) -> bool:
     """Whether a batch is staged rather than sent as one script."""
     if core.cluster and len(queues) > 1:
         return True
-    if len(jobs) > SLICE_JOBS:
+    if len(jobs) > SLICE_JOBS // 2 and sum(_units(j) for j in jobs) > SLICE_JOBS:
         return True
     return len(jobs) > 1 and sum(_size(j) for j in jobs) > SLICE_BYTES
 
@@ -150,13 +158,15 @@ def _slices(core: Core, jobs: Sequence[NewJob], queues: Sequence[str]) -> Iterat
     orders = [[i for i, j in enumerate(jobs) if j.queue == q] for q in queues]
     for order in orders if core.cluster else [list(range(len(jobs)))]:
         part: list[int] = []
-        size = 0
+        size = units = 0
         for i in order:
-            if part and (len(part) >= SLICE_JOBS or size + _size(jobs[i]) > SLICE_BYTES):
+            full = units + _units(jobs[i]) > SLICE_JOBS or size + _size(jobs[i]) > SLICE_BYTES
+            if part and full:
                 yield part
-                part, size = [], 0
+                part, size, units = [], 0, 0
             part.append(i)
             size += _size(jobs[i])
+            units += _units(jobs[i])
         if part:
             yield part
 

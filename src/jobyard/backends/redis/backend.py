@@ -19,9 +19,10 @@ The watchdog never runs it again; it marks it failed with ``AT_MOST_ONCE_LOST_ER
 is visible rather than silent. Choose it for work where a repeat costs more than a miss (a cache
 warm-up, a notification that must not arrive twice).
 
-Inserts. A batch is one script while that is short (up to 1000 jobs); a larger one, and on
-Cluster one that spans queues, is written in slices and hidden from every reader until it is
-published whole (``_insert.py``), so no insert blocks Redis for long and none is seen half-way.
+Inserts. A batch is one script while that is short (up to 1000 jobs, 500 workflow steps); a
+larger one, and on Cluster one that spans queues, is written in slices and hidden from every
+reader until it is published whole (``_insert.py``), so no insert blocks Redis for long and none
+is seen half-way.
 
 Workflows (chains and groups). A step with inputs is inserted ``waiting`` with its links, in the
 insert script; a completion counts itself as an input of each dependent in the ack script, and the
