@@ -289,7 +289,7 @@ def test_max_pending_refuses_the_whole_batch(backend: Backend) -> None:
 
 
 def test_a_batch_too_large_for_one_call_is_all_or_nothing(backend: Backend) -> None:
-    # given a queue with room for 2,999 jobs (Redis writes a batch of 3,000 in three scripts)
+    # given a queue with room for 2,999 jobs (Redis writes a batch of 3,000 in six scripts)
     backend.queues_configure(QueueConfig("q", max_pending=2999))
     jobs = [new(idempotency_key=f"k{i}") for i in range(3000)]
     # when a batch of 3,000 is enqueued, it is refused whole, and leaves no key held

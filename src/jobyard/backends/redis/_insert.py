@@ -1,8 +1,8 @@
 """Inserting jobs on Redis: a batch in one script when it is small, else staged.
 
 Redis serves nobody while a script runs, so a batch is one script only while that is short:
-at most :data:`SLICE_JOBS` jobs (500 workflow steps) and :data:`SLICE_BYTES` of rows (about
-10-35 ms of Redis time).
+at most :data:`SLICE_JOBS` jobs (250 workflow steps) and :data:`SLICE_BYTES` of rows (about
+10 ms of Redis time, 30 at most on a loaded machine).
 A larger batch, and on Cluster any batch that spans queues (their slots may sit on different
 nodes, where no script reaches them all), is *staged* (see "Staged batches" in
 ``scripts/_lib.lua``):
@@ -51,9 +51,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobyard.redis")
 
-# Jobs per script: 1000 plain jobs are 12-24 ms of Redis time, 1000 workflow steps 22-67 ms
-# (idle to loaded), so a workflow step counts as two.
-SLICE_JOBS = 1000
+# Jobs per script. 1000 plain jobs took 12-55 ms of Redis time here (p50 to max, a loaded
+# machine), 1000 workflow steps 22-67 ms: 500, with a workflow step counting as two, keeps a
+# script near 10 ms and under 30 ms, for 5-10% more Redis time in all than one script.
+SLICE_JOBS = 500
 SLICE_BYTES = 1_000_000  # characters of rows per script (decoding and HSET scale with them)
 STAGE_TTL = 30.0  # seconds a staging batch may go unrenewed before the reaper aborts it
 RENEW_EVERY = 5.0  # seconds between a producer's renewals of its batch's deadline

@@ -19,7 +19,7 @@ The watchdog never runs it again; it marks it failed with ``AT_MOST_ONCE_LOST_ER
 is visible rather than silent. Choose it for work where a repeat costs more than a miss (a cache
 warm-up, a notification that must not arrive twice).
 
-Inserts. A batch is one script while that is short (up to 1000 jobs, 500 workflow steps); a
+Inserts. A batch is one script while that is short (up to 500 jobs, 250 workflow steps); a
 larger one, and on Cluster one that spans queues, is written in slices and hidden from every
 reader until it is published whole (``_insert.py``), so no insert blocks Redis for long and none
 is seen half-way.
