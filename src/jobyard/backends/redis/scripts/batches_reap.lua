@@ -14,7 +14,8 @@
 
 local now = now_from(ARGV[1])
 local out = {}
-for _, b in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, b in ipairs(due) do
   local r = redis.call('HMGET', ARGV[3] .. b, 'state', 'queues', 'lo', 'hi')
   if not r[1] then
     redis.call('ZREM', KEYS[1], b)

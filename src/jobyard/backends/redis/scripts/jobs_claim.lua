@@ -65,7 +65,8 @@ for g = 1, ng do
         prio_of_band, before = prio, got
       end
       local level = k.base .. 'ready:' .. p
-      local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0, cap - before)
+      local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+        cap - before)
       if #due == 0 and redis.call('EXISTS', level) == 0 then
         redis.call('ZREM', k.prios, p) -- an emptied level
       end
