@@ -291,6 +291,27 @@ def test_max_pending_refuses_the_whole_batch(backend: Backend) -> None:
     insert(backend, new())  # a running job no longer counts as pending
 
 
+def test_a_batch_too_large_for_one_call_is_all_or_nothing(backend: Backend) -> None:
+    # given a queue with room for 2,999 jobs (Redis writes a batch of 3,000 in six scripts)
+    backend.queues_configure(QueueConfig("q", max_pending=2999))
+    jobs = [new(idempotency_key=f"k{i}") for i in range(3000)]
+    # when a batch of 3,000 is enqueued, it is refused whole, and leaves no key held
+    with pytest.raises(jobyard.QueueFull):
+        backend.jobs_insert(JobsInsertParams(jobs))
+    assert backend.jobs_list(JobsListParams(queue="q")) == []
+    assert [s.counts["pending"] for s in backend.stats_get(StatsParams())] in ([], [0])
+    # and with room for it, all of it lands: counted, listed, claimable in enqueue order
+    backend.queues_configure(QueueConfig("q", max_pending=3000))
+    got = backend.jobs_insert(JobsInsertParams(jobs))
+    assert all(i.created for i in got)
+    (stats,) = backend.stats_get(StatsParams())
+    assert stats.counts["pending"] == 3000
+    assert [r.id for r in backend.jobs_list(JobsListParams(queue="q", limit=3))] == [
+        i.id for i in got[:-4:-1]
+    ]
+    assert [c.id for c in claim(backend, 1500)] == [i.id for i in got[:1500]]
+
+
 def test_queue_settings_apply_where_the_job_sets_none(backend: Backend) -> None:
     backoff = jobyard.Backoff("linear", base=2.0).to_json()
     backend.queues_configure(QueueConfig("q", max_attempts=7, backoff=backoff))

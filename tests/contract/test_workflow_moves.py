@@ -214,10 +214,53 @@ def test_listing_by_workflow_and_by_ids(backend: Backend) -> None:
     assert backend.jobs_list(JobsListParams(ids=[])) == []
 
 
-def test_waiting_steps_do_not_count_against_max_pending(backend: Backend) -> None:
+def queued(backend: Backend, queue: str = "q") -> dict[str, int]:
+    (stats,) = [s for s in backend.stats_get(StatsParams()) if s.queue == queue]
+    return {st: stats.counts[st] for st in ("waiting", "pending")}
+
+
+def test_waiting_steps_count_against_max_pending(backend: Backend) -> None:
+    # given a queue capped at 3 jobs
+    backend.queues_configure(QueueConfig("q", max_pending=3))
+    # when a chain of four steps is enqueued (one pending, three waiting)
+    with pytest.raises(jobyard.QueueFull):
+        insert(backend, step(), step(0), step(1), step(2))
+    # then it is refused whole, although only one of its steps would be pending
+    assert backend.jobs_list(JobsListParams(queue="q")) == []
+    # and a chain of three fills the queue: no plain job fits beside it
+    ids = insert(backend, step(), step(0), step(1))
+    assert [status(backend, i) for i in ids] == ["pending", "waiting", "waiting"]
+    with pytest.raises(jobyard.QueueFull):
+        insert(backend, new())
+    assert queued(backend) == {"waiting": 2, "pending": 1}
+
+
+def test_a_released_step_is_never_refused_by_max_pending(backend: Backend) -> None:
+    # given a queue capped at 2, holding a chain a -> b whose first step runs
     backend.queues_configure(QueueConfig("q", max_pending=2))
-    ids = insert(backend, step(), step(), step(0, 1), step(2))
-    assert [status(backend, i) for i in ids] == ["pending", "pending", "waiting", "waiting"]
+    a, b = insert(backend, step(), step(0))
+    (held,) = claim(backend)
+    # and a plain job that takes the room a left (b waiting + it pending = 2)
+    (plain,) = insert(backend, new())
+    # when a completes, b is released to pending although the queue is at its cap
+    assert backend.jobs_ack(JobsAckParams([Outcome(a, held.token, "completed")])) == []
+    assert (status(backend, b), status(backend, plain)) == ("pending", "pending")
+    # and the cap still holds for new work
+    with pytest.raises(jobyard.QueueFull):
+        insert(backend, new())
+
+
+def test_a_step_counts_against_its_own_queues_max_pending(backend: Backend) -> None:
+    # given a join queue "c" capped at 1, holding one waiting join
+    backend.queues_configure(QueueConfig("c", max_pending=1))
+    _, join = insert(backend, step(queue="a"), step(0, queue="c"))
+    # when another workflow with a join in "c" is enqueued
+    with pytest.raises(jobyard.QueueFull, match="'c'"):
+        insert(backend, step(queue="a"), step(0, queue="c"))
+    # then nothing of it was written, in either queue
+    listed = backend.jobs_list(JobsListParams(workflow_id=FLOW, limit=10))
+    assert sorted(r.queue for r in listed) == ["a", "c"]
+    assert status(backend, join) == "waiting"
 
 
 def test_steps_across_queues(backend: Backend) -> None:

@@ -35,6 +35,7 @@ FINISHED: tuple[str, ...] = ("completed", "failed", "cancelled")  # a job never 
 ACTIVE: tuple[str, ...] = ("pending", "running")  # where an idempotency key is held
 REDRIVABLE: tuple[str, ...] = ("failed", "cancelled")  # what retry(id) moves back to pending
 CANCELLABLE: tuple[str, ...] = ("waiting", "pending")  # what cancel(id) finishes at once
+QUEUED: tuple[str, ...] = ("waiting", "pending")  # accepted, not started: what max_pending caps
 DEFAULT_MAX_ATTEMPTS = 4
 DEFAULT_LEASE = 30.0
 DEFAULT_FORGET_AFTER = 60.0  # seconds of silence after which a worker counts as gone
@@ -254,8 +255,19 @@ class JobsInsertParams:
     """Insert jobs in one round trip. All or nothing: a full queue refuses the whole batch.
 
     A job with ``after`` is stored ``waiting`` with ``depends_on`` the ids of those positions
-    (in that order), and each of those jobs lists it in ``dependents``. ``waiting`` jobs do not
-    count against ``max_pending``.
+    (in that order), and each of those jobs lists it in ``dependents``.
+
+    ``max_pending`` caps a queue's :data:`QUEUED` jobs, ``waiting`` steps counted with the
+    ``pending`` ones (they will run there): the batch is refused if the queue's waiting and
+    pending jobs plus the batch's new jobs of that queue (waiting or not) exceed it. The cap is
+    checked at insert only: a waiting step released to ``pending`` by its last input's
+    completion was counted when it was accepted, and is never refused.
+
+    All or nothing for readers as well: no claim, listing, count or read by id sees a job of
+    the batch before all of it is stored. A store that cannot store a large batch in one short
+    move (Redis, where a long script stops every other client) writes it in several, hidden
+    until a last move publishes it; one abandoned half-way is deleted, by its producer or by
+    ``leases_reap`` (see :class:`LeasesReapParams`).
     """
 
     jobs: Sequence[NewJob]
@@ -396,7 +408,9 @@ class JobsCancelParams:
 @dataclass(frozen=True, slots=True)
 class LeasesReapParams:
     """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
-    a cancellation request is cancelled (``CANCEL_LOST_ERROR``)."""
+    a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
+    batches in several calls (see :class:`JobsInsertParams`) also takes over those whose
+    producer stopped past their deadline: deletes one not complete, publishes one complete."""
 
     limit: int = 1000
 

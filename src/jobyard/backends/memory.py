@@ -22,6 +22,7 @@ from .base import (
     DEFAULT_FORGET_AFTER,
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
+    QUEUED,
     REDRIVABLE,
     STATUSES,
     ClaimedJob,
@@ -142,14 +143,14 @@ class MemoryBackend:
                 cfg = self._queues.get(queue_name)
                 if cfg is None or cfg.max_pending is None:
                     continue
+                # Waiting steps count with the pending jobs: they will run there. A step
+                # released later was counted here already, so its release is never refused.
                 pending = sum(
                     1
                     for r in self._rows.values()
-                    if r.rec.queue == queue_name and r.rec.status == "pending"
+                    if r.rec.queue == queue_name and r.rec.status in QUEUED
                 )
-                adding = sum(
-                    1 for r in fresh if r.rec.queue == queue_name and r.rec.status == "pending"
-                )
+                adding = sum(1 for r in fresh if r.rec.queue == queue_name)
                 if pending + adding > cfg.max_pending:
                     raise QueueFull(queue_name, cfg.max_pending)
             for row in fresh:

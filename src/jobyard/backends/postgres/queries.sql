@@ -127,6 +127,9 @@ inserted AS (
     LEFT JOIN queues AS q ON q.name = c.queue
     RETURNING id, queue
 ),
+counted AS (
+    SELECT queue FROM inserted
+),
 {{_insert_checks}}
 -- The answer, one row per input job: the created ones, then those whose key another job holds
 -- (or an earlier job of the batch took), then, if the batch needs the lock, the NULL row.
@@ -241,8 +244,13 @@ parked_counted AS (
     ORDER BY queue
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
--- Waiting steps are not in `inserted`: they neither count against max_pending nor wake
--- anyone (a step is woken by its release).
+-- Waiting steps count against max_pending (they will run in their queue) but wake nobody
+-- (a step is woken by its release): they are in `counted`, not in `inserted`.
+counted AS (
+    SELECT queue FROM inserted
+    UNION ALL
+    SELECT queue FROM parked
+),
 {{_insert_checks}}
 SELECT f.ord, f.id, true AS created, true AS go,
        (SELECT count(*) FROM full_queues) + (SELECT count(*) FROM notified) AS checks
@@ -254,16 +262,22 @@ ORDER BY 1;
 
 
 -- name: _insert_checks
--- The last CTEs of both inserts, over their `inserted` rows (pending jobs):
--- max_pending: the pending count excludes this statement's own rows (a data-modifying CTE's
--- rows are invisible to the rest of the statement), so it is the count before the batch.
--- jobyard_queue_full raises, which undoes every row of the batch.
+-- The last CTEs of both inserts, over their `counted` rows (the new jobs, pending or waiting)
+-- and their `inserted` rows (the new pending jobs):
+-- max_pending caps a queue's waiting and pending jobs (a waiting step will run there). The
+-- counts exclude this statement's own rows (a data-modifying CTE's rows are invisible to the
+-- rest of the statement), so they are the counts before the batch; waiting jobs are read from
+-- job_counts (0006_workflows.sql), which the release moves in the same transaction as the
+-- pending row it adds. jobyard_queue_full raises, which undoes every row of the batch.
 full_queues AS (
     SELECT jobyard_queue_full(q.name, q.max_pending) AS raised
     FROM queues AS q
-    JOIN (SELECT queue, count(*) AS n FROM inserted GROUP BY queue) AS a ON a.queue = q.name
+    JOIN (SELECT queue, count(*) AS n FROM counted GROUP BY queue) AS a ON a.queue = q.name
     WHERE q.max_pending IS NOT NULL
-      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name) + a.n > q.max_pending
+      AND (SELECT count(*) FROM jobs_pending AS p WHERE p.queue = q.name)
+          + coalesce((SELECT c.n FROM job_counts AS c
+                      WHERE c.queue = q.name AND c.status = 'waiting'), 0)
+          + a.n > q.max_pending
 ),
 -- One NOTIFY per queue per batch, delivered only if the transaction commits. The payload is
 -- "schema:queue" on one channel, so a LISTEN needs no dynamic identifier.

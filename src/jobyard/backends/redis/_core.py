@@ -19,14 +19,19 @@ retries included). They are for:
   consumer group;
 - a schedule's tick or skip (a compare-and-set on its next run), its pause or resume, and an
   insert whose every job carries an idempotency key (a repeat finds the key held and returns the
-  job, ``created`` false).
+  job, ``created`` false);
+- every step of a staged batch after its numbers are reserved (``_insert.py``): a slice names
+  the numbers of its jobs and a repeat finds them written (it answers as the first did); a
+  batch's commit, publication, merge, abort and close move it to a state a repeat finds
+  reached.
 
 :meth:`Core.call_once` and :meth:`Core.run_once` send the command once, on a client without
 redis-py's retries, and send it again only when the failure proves it never ran
 (:func:`~._connection.never_sent`: the connection could not be opened, or Redis answered LOADING,
 TRYAGAIN or CLUSTERDOWN), so an outage is still waited out. They are for calls whose repeat is
-another call: a claim (a repeat takes the next batch), an insert without idempotency keys (a
-repeat inserts the jobs twice), a sequence take, cancel and retry by id (a repeat is refused and
+another call: a claim (a repeat takes the next batch), a one-script insert without idempotency
+keys (a repeat inserts the jobs twice), a sequence take or a staged batch's opening (a repeat
+reserves other numbers), cancel and retry by id (a repeat is refused and
 the caller told so although its move happened), taking, popping, pushing or settling an entry of
 a list other programs write (identical entries: a repeat would settle another consumer's copy),
 ``XAUTOCLAIM``.
@@ -36,8 +41,9 @@ counted in :attr:`Core.unsure` by call name. The caller's own loop decides what 
 worker's producer claims again after its backoff; a claim whose reply was lost leaves its jobs
 running under a lease nobody renews, so the reaper returns them to pending once it lapses, the
 attempt counted (a lapsed lease is a failed attempt). A list entry taken that way comes back after
-``min_idle``. An enqueue that raised may or may not have inserted its jobs: give them an
-idempotency key to enqueue again safely.
+``min_idle``. A one-script enqueue that raised may or may not have inserted its jobs: give them
+an idempotency key to enqueue again safely. A staged one that raised inserted nothing (it is
+deleted, by its producer or the reaper), unless it had been committed: then it returns.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from ...errors import QueueFull
@@ -20,6 +21,7 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
 )
+from . import _insert
 from .keys import job_id
 
 if TYPE_CHECKING:
@@ -169,7 +171,11 @@ def fire(c: Core, params: SchedulesFireParams) -> Inserted | None:
         "" if c.cluster else "1",
         str(DEFAULT_MAX_ATTEMPTS),
     ]
+    since = time.monotonic()
     reply = c.run("schedules_fire", keys, args)
+    while reply[0] == "busy":  # its key is held by a batch still being written: nothing changed
+        _insert.wait_busy(c, reply[1], reply[2], since)
+        reply = c.run("schedules_fire", keys, args)
     if reply[0] == "skip":
         return None
     if reply[0] == "full":

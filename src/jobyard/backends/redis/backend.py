@@ -19,6 +19,11 @@ The watchdog never runs it again; it marks it failed with ``AT_MOST_ONCE_LOST_ER
 is visible rather than silent. Choose it for work where a repeat costs more than a miss (a cache
 warm-up, a notification that must not arrive twice).
 
+Inserts. A batch is one script while that is short (up to 500 jobs, 250 workflow steps); a
+larger one, and on Cluster one that spans queues, is written in slices and hidden from every
+reader until it is published whole (``_insert.py``), so no insert blocks Redis for long and none
+is seen half-way.
+
 Workflows (chains and groups). A step with inputs is inserted ``waiting`` with its links, in the
 insert script; a completion counts itself as an input of each dependent in the ack script, and the
 last one moves the step to ``pending`` (one O(1) counter per step, apart from its id list). On one
@@ -51,7 +56,7 @@ from typing import Any, cast
 from redis.exceptions import NoScriptError
 
 from ...clock import Clock
-from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound, QueueFull
+from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
 from .. import mask_url
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
@@ -73,7 +78,6 @@ from ..base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
-    NewJob,
     Purged,
     QueueConfig,
     QueueStats,
@@ -89,7 +93,7 @@ from ..base import (
     WorkerInfo,
     WorkersBeatParams,
 )
-from . import _admin, _schedules, consumers
+from . import _admin, _insert, _schedules, consumers
 from ._connection import TRANSIENT
 from ._core import Core, dumps
 from .keys import QUEUE_RE, parse_job_id
@@ -162,28 +166,6 @@ def _ids(value: str | None) -> tuple[str, ...]:
     return tuple(value.split(",")) if value else ()
 
 
-def _links(jobs: Sequence[NewJob], ids: Sequence[str] | None = None) -> list[list[Any]]:
-    """The workflow columns of each insert row (none for a plain job): ``[workflow_id, inputs,
-    dependents]``. Without ``ids`` (one node: the script numbers the jobs) the inputs are
-    1-based batch positions and the script derives the dependents; with the batch's ``ids``
-    (Cluster: numbers reserved first) both are ids."""
-    out: list[list[Any]] = [[] for _ in jobs]
-    if not any(j.after or j.workflow_id is not None for j in jobs):
-        return out
-    dependents: list[list[str]] = [[] for _ in jobs]
-    for i, j in enumerate(jobs):
-        for p in j.after:
-            if not 0 <= p < i:
-                raise ValueError(f"job {i} of the batch waits on position {p}: not before it")
-            if ids is not None:
-                dependents[p].append(ids[i])
-    for i, j in enumerate(jobs):
-        if j.after or j.workflow_id is not None or dependents[i]:
-            inputs = [p + 1 for p in j.after] if ids is None else [ids[p] for p in j.after]
-            out[i] = [j.workflow_id, inputs, dependents[i]]
-    return out
-
-
 @dataclass
 class _Paid:
     """What paying owed entries did beyond releases (Cluster): waiting jobs deleted, and the
@@ -234,22 +216,23 @@ class RedisBackend:
     def jobs_insert(
         self, params: JobsInsertParams, *, queue_ttl: float | None = None
     ) -> list[Inserted]:
-        """Insert all or nothing (one script; on Cluster one per queue, see below).
+        """Insert all or nothing: one script for a small batch, else staged (written in
+        slices, visible only once complete; on Cluster any batch spanning queues): see
+        ``_insert.py``.
 
         ``queue_ttl`` (seconds; not part of the protocol) re-arms an expiry on each queue named:
         a queue nobody pushes to for that long lapses with the pending jobs it holds (seed 003's
         ``list::Publish`` ttl). Stream consumers use it for their reply queue.
 
-        On Cluster a batch spanning several queues is checked against every queue's max_pending
-        first, then written queue by queue: a concurrent insert between the two can still make a
-        later queue refuse its part.
-
-        A batch whose every job has an idempotency key is retried through a lost connection (a
-        repeat returns the jobs it inserted); any other is sent once (see ``_core.py``).
+        A one-script batch whose every job has an idempotency key is retried through a lost
+        connection (a repeat returns the jobs it inserted); any other is sent once (see
+        ``_core.py``). A staged batch that fails before it is complete is deleted: nothing
+        of it is ever visible.
 
         Workflow steps (``NewJob.after``) are stored ``waiting`` with their links in the same
-        script: on one node the script resolves the batch positions to ids itself; on Cluster
-        the numbers are reserved first, so the ids of both ends of every link are known here.
+        script: in one script the batch positions are resolved to ids by the script itself;
+        when the numbers are reserved first (Cluster, a staged batch), the ids of both ends of
+        every link are known here.
         """
         if params.connection is not None:
             raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
@@ -262,85 +245,7 @@ class RedisBackend:
                 raise ConfigurationError(f"invalid queue name {q!r}")
         ttl_ms = "" if queue_ttl is None else str(max(int(queue_ttl * 1000), 1))
         once = not all(j.idempotency_key for j in jobs)
-        links = _links(jobs)
-        if not self.cluster:
-            reply = self._insert(queues, jobs, links, "", ttl_ms, dry=False, once=once)
-            return [Inserted(make_id(j.queue, n), c) for j, (n, c) in zip(jobs, reply, strict=True)]
-        if len(queues) > 1:
-            for q in queues:  # a dry run reads only whether a job has inputs, not which
-                positions = [i for i, j in enumerate(jobs) if j.queue == q]
-                part = [jobs[i] for i in positions]
-                self._insert([q], part, [links[i] for i in positions], "[]", ttl_ms, dry=True)
-        first = int(
-            self.core.run_once(
-                "seq_take", [self.keys.seq, self.keys.queues], [str(len(jobs)), *queues]
-            )
-        )
-        links = _links(jobs, [make_id(j.queue, str(first + i)) for i, j in enumerate(jobs)])
-        out: list[Inserted | None] = [None] * len(jobs)
-        created: dict[str, int] = {}
-        for q in queues:
-            positions = [i for i, j in enumerate(jobs) if j.queue == q]
-            numbers = dumps([first + i for i in positions])  # enqueue order across queues
-            part = [jobs[i] for i in positions]
-            part_links = [links[i] for i in positions]
-            reply = self._insert([q], part, part_links, numbers, ttl_ms, dry=False, once=once)
-            created[q] = sum(c for _, c in reply)
-            for i, (n, c) in zip(positions, reply, strict=True):
-                out[i] = Inserted(make_id(q, n), c)
-        self.core.wake_after(created)
-        return [i for i in out if i is not None]
-
-    def _insert(
-        self,
-        queues: list[str],
-        jobs: list[NewJob],
-        links: list[list[Any]],
-        numbers: str,
-        ttl_ms: str,
-        dry: bool,
-        once: bool = False,
-    ) -> list[tuple[str, bool]]:
-        group = {q: g for g, q in enumerate(queues, 1)}
-        rows = [
-            [
-                group[j.queue],
-                j.name,
-                j.payload,
-                int(j.priority),
-                float(j.delay),
-                None if j.run_at is None else float(j.run_at),
-                j.max_attempts,
-                j.backoff,
-                None if j.timeout is None else float(j.timeout),
-                float(j.lease),
-                j.delivery,
-                j.idempotency_key,
-                j.parent_id,
-                *link,
-            ]
-            for j, link in zip(jobs, links, strict=True)
-        ]
-        keys = self.core.group_keys(queues)
-        if not numbers:  # one node: the global keys ride along
-            keys += [self.keys.seq, self.keys.queues, *(self.keys.wake(q) for q in queues)]
-        args = [
-            self.core.now(),
-            dumps(queues),
-            numbers,
-            "" if numbers else "1",
-            ttl_ms,
-            "1" if dry else "",
-            str(DEFAULT_MAX_ATTEMPTS),
-            dumps(rows),
-        ]
-        run = self.core.run_once if once else self.core.run
-        reply = run("jobs_insert", keys, args)
-        if reply[0] == "full":
-            raise QueueFull(reply[1], int(reply[2]))
-        if dry:
-            return []
-        return list(zip(reply[1].split(","), (f == "1" for f in reply[2]), strict=True))
+        return _insert.insert(self.core, jobs, queues, ttl_ms, once)
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job (an id that is not ours: ``None``)."""
@@ -348,8 +253,15 @@ class RedisBackend:
         if parsed is None:
             return None
         queue, n = parsed
-        h = self.core.call(lambda: self.client.hgetall(self.keys.job(queue, n)))
-        return _record(queue, n, h) if h else None
+
+        def fetch() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(self.keys.job(queue, n))
+            pipe.hvals(self.keys.stages(queue))  # a batch still staged hides its jobs
+            return cast(list[Any], pipe.execute())
+
+        h, staged = self.core.call(fetch)
+        return _record(queue, n, h) if h and not _insert.hidden(staged, n) else None
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
         """Newest first (by job number, which is enqueue order across every queue).
@@ -393,16 +305,23 @@ class RedisBackend:
         if not wanted:
             return []
 
-        def fetch() -> list[dict[str, str]]:
+        queues = list(dict.fromkeys(q for q, _ in wanted))
+
+        def fetch() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
             for q, n in wanted:
                 pipe.hgetall(self.keys.job(q, n))
-            return cast(list[dict[str, str]], pipe.execute())
+            for q in queues:
+                pipe.hvals(self.keys.stages(q))  # a batch still staged hides its jobs
+            return cast(list[Any], pipe.execute())
 
+        reply = self.core.call(fetch)
+        staged = dict(zip(queues, reply[len(wanted) :], strict=True))
         found = [
             rec
-            for (q, n), h in zip(wanted, self.core.call(fetch), strict=True)
+            for (q, n), h in zip(wanted, reply, strict=False)
             if h
+            and not _insert.hidden(staged[q], n)
             and (rec := _record(q, n, h))
             and (params.status is None or rec.status == params.status)
             and (params.name is None or rec.name == params.name)
@@ -825,7 +744,9 @@ class RedisBackend:
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """The watchdog: recover lapsed leases in every queue; on Cluster also pay the releases
-        a completion left owed when its caller died before paying them (see ``jobs_ack``)."""
+        a completion left owed when its caller died before paying them (see ``jobs_ack``).
+        First it takes over the staged batches whose producer stopped (``_insert.reap``)."""
+        _insert.reap(self.core)
         out: list[Reaped] = []
         left = params.limit
         for names in self.core.slices(self.core.known_queues()):

@@ -8,6 +8,10 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P}:workers              zset    worker id -> last_seen
     {P}:workers:info         hash    worker id -> WorkerInfo as JSON
     {P}:schedules            hash    schedule name -> its job's queue (where its hash lives)
+    {P}:batches              zset    batches written in several calls, score the deadline
+                                     past which the reaper takes one over (_insert.py)
+    {P}:batch:<b>            hash    one such batch: state (staging, committed, aborting,
+                                     published), queues (JSON), lo and hi (its job numbers)
 
     {P:<queue>}:config       hash    the queue's settings
     {P:<queue>}:prios        zset    priority levels that hold pending jobs
@@ -27,6 +31,14 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P:<queue>}:wf:<id>      zset    the queue's jobs of workflow <id>, score job number
     {P:<queue>}:inputs:<n>   set     Cluster: ids of the inputs already counted for waiting
                                      job <n> (an owed release is paid once however often sent)
+    {P:<queue>}:stages       hash    batch id -> "lo hi": job numbers of batches still being
+                                     written into the queue, hidden from every reader
+    {P:<queue>}:stage:<b>    hash    a batch's stage in the queue: state (open; aborted, then
+                                     expiring), a field level:<p> per ready level it holds
+    {P:<queue>}:stage:<b>:ready:<p>  zset  the stage's ready entries, renamed into place
+                                     when the batch is published
+    {P:<queue>}:ready:<p>@<b> zset   a published stage's ready entries beside a level that
+                                     held jobs already (a segment), merged into it afterwards
     {P:<queue>}:job:<n>      hash    one job
     {P:<queue>}:schedule:<s> hash    a recurring job of this queue (cron, job, next/last run)
 
@@ -73,7 +85,7 @@ JOB_ID_RE = re.compile(r"^([A-Za-z0-9_.:-]{1,100}):([1-9][0-9]{0,17})\Z")
 class Keys:
     """Key names for one prefix."""
 
-    __slots__ = ("prefix", "queues", "schedules", "seq", "workers", "workers_info")
+    __slots__ = ("batches", "prefix", "queues", "schedules", "seq", "workers", "workers_info")
 
     def __init__(self, prefix: str) -> None:
         if not PREFIX_RE.match(prefix):
@@ -87,6 +99,19 @@ class Keys:
         self.workers = f"{g}:workers"
         self.workers_info = f"{g}:workers:info"
         self.schedules = f"{g}:schedules"
+        self.batches = f"{g}:batches"
+
+    def batch(self, batch_id: str) -> str:
+        """The record of a batch written in several calls (on the global tag)."""
+        return self.batch_prefix() + batch_id
+
+    def batch_prefix(self) -> str:
+        """What every batch record's key starts with."""
+        return "{" + self.prefix + "}:batch:"
+
+    def stages(self, queue: str) -> str:
+        """The hash of the ranges of job numbers a queue hides (batches still staged)."""
+        return f"{self.tag(queue)}:stages"
 
     def wake(self, queue: str) -> str:
         """The wake list of a queue (on the global tag, so one BLPOP covers many queues)."""

@@ -208,7 +208,7 @@ class SQLiteBackend:
     ) -> tuple[list[Inserted], set[str]]:
         """Insert ``jobs`` inside the caller's write transaction; the outcomes and the queues
         that got new due jobs (pending, not waiting). Raises QueueFull, which must roll the
-        transaction back.
+        transaction back: a queue's waiting and pending jobs count against its max_pending.
 
         Each job is one execution of a cached statement, whose RETURNING tells a new job from
         one refused by the idempotency index. The statement is compiled once and the batch
@@ -217,6 +217,7 @@ class SQLiteBackend:
         q = self._q
         out: list[Inserted] = []
         touched: set[str] = set()
+        counted: set[str] = set()  # queues that got new jobs, waiting or pending (max_pending)
         fanout = _fanout(jobs)
         for position, job in enumerate(jobs):
             row = conn.execute(
@@ -244,9 +245,10 @@ class SQLiteBackend:
             ).fetchone()
             if row is not None:
                 out.append(Inserted(str(row[0]), True))
+                counted.add(job.queue)
                 if job.after:
-                    # A workflow step: inserted waiting (not due, not under max_pending, no
-                    # wake), its links one more statement.
+                    # A workflow step: inserted waiting (not due, no wake; it counts against
+                    # max_pending), its links one more statement.
                     inputs = json.dumps([int(out[i].id) for i in job.after])
                     conn.execute(q["job_links_insert"], {"job_id": row[0], "inputs": inputs})
                 else:
@@ -262,7 +264,7 @@ class SQLiteBackend:
             out.append(Inserted(str(holder[0]), False))
         # Counted under the write lock after the batch, so concurrent producers cannot both
         # squeeze in under max_pending.
-        for queue in sorted(touched):
+        for queue in sorted(counted):
             full = conn.execute(q["queues_over_max_pending"], {"queue": queue}).fetchone()
             if full is not None:
                 raise QueueFull(queue, full[0])

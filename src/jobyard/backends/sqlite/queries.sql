@@ -76,12 +76,14 @@ SELECT id FROM jobs
 WHERE queue = :queue AND idempotency_key = :idempotency_key AND status IN ('pending', 'running')
 
 -- name: queues_over_max_pending
--- The queue's max_pending if its pending jobs (counted inside the insert's write transaction,
--- so after this batch) exceed it; no row otherwise, and no count at all without a max_pending.
+-- The queue's max_pending if its waiting and pending jobs (counted inside the insert's write
+-- transaction, so after this batch) exceed it; no row otherwise, and no count at all without a
+-- max_pending. Waiting workflow steps count: they will run in this queue.
 SELECT q.max_pending FROM queues AS q
 WHERE q.name = :queue
   AND q.max_pending IS NOT NULL
-  AND (SELECT count(*) FROM jobs AS j WHERE j.queue = :queue AND j.status = 'pending')
+  AND (SELECT count(*) FROM jobs AS j
+       WHERE j.queue = :queue AND j.status IN ('waiting', 'pending'))
       > q.max_pending
 
 -- name: _job_record

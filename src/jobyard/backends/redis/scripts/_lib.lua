@@ -23,8 +23,15 @@
 -- "<base>ready:<p>" (score = run_at, member = the zero-padded number, so equal run_at values
 -- fall back to enqueue order) -- carry the same hash tag "{prefix:queue}" as the declared keys,
 -- so on Redis Cluster they live on the declared keys' slot and the script stays on one node.
--- So do "<base>wf:<workflow id>" (zset, score = number: a workflow's jobs in this queue) and
--- "<base>inputs:<n>" (set, Cluster only: the input ids already counted for waiting job n).
+-- So do "<base>wf:<workflow id>" (zset, score = number: a workflow's jobs in this queue),
+-- "<base>inputs:<n>" (set, Cluster only: the input ids already counted for waiting job n), and
+-- the keys of batches written in several calls (see "Staged batches" below): "<base>stages"
+-- (hash: batch id -> "lo hi", the job numbers every reader hides until the batch is
+-- published), "<base>stage:<b>" (hash: state "open" or "aborted", and a field "level:<p>" per
+-- priority level the stage holds), "<base>stage:<b>:ready:<p>" (zset: the stage's ready
+-- entries, as a ready level holds them) and "<base>ready:<p>@<b>" (a published stage's ready
+-- entries while they are merged into level <p>: a segment, listed in prios as "<p>@<b>" with
+-- score p).
 -- One exception, single node only: jobs_ack.lua releases a dependent in a queue it was not
 -- given by building that queue's keys from their names (keys_at), which a single node allows.
 --
@@ -73,6 +80,7 @@ local function keys_table(name)
   k.base = string.sub(k.config, 1, -7) -- strip "config": "{prefix:queue}:"
   k.running = k.claims
   k.held = k.base .. 'held' -- zset: completed jobs a workflow step still needs (see _flows.lua)
+  k.stages = k.base .. 'stages'
   return k
 end
 
@@ -136,8 +144,18 @@ local function to_ready(k, n, prio, run_at)
 end
 
 local function from_ready(k, n, prio)
-  -- a corrupt record may have lost its priority: then its entry is looked for on every level
-  local levels = prio and {prio} or redis.call('ZRANGE', k.prios, 0, -1)
+  -- a corrupt record may have lost its priority: then its entry is looked for on every level;
+  -- else on the level of its priority and that priority's segments (a published stage's
+  -- entries not merged yet, see jobs_publish.lua)
+  local levels
+  if not prio then
+    levels = redis.call('ZRANGE', k.prios, 0, -1)
+  elseif tonumber(prio) then
+    levels = redis.call('ZRANGEBYSCORE', k.prios, prio, prio)
+    levels[#levels + 1] = prio
+  else
+    levels = {prio}
+  end
   for _, p in ipairs(levels) do
     local level = k.base .. 'ready:' .. p
     redis.call('ZREM', level, pad(n))
@@ -193,6 +211,9 @@ local function lapse_if_due(k)
   if redis.call('EXISTS', k.ttl) == 0 or redis.call('EXISTS', k.alive) == 1 then
     return 0
   end
+  if redis.call('EXISTS', k.stages) == 1 then
+    return 0 -- not while a batch is written into it: its staged jobs are pending already
+  end
   local ns = redis.call('ZRANGE', k.pending, 0, -1)
   for _, n in ipairs(ns) do
     local jk = job_key(k, n)
@@ -240,9 +261,10 @@ local function count_input(dk, n, now, input)
   local f = redis.call('HMGET', jk, 'status', 'priority', 'run_at')
   local counted = dk.base .. 'inputs:' .. n
   if not f[1] and input then
-    -- Cluster writes a workflow queue by queue: an input in a queue written first can complete
-    -- before its step exists. Keep the count (insert_jobs subtracts it); the set expires if
-    -- the step never comes (its insert failed half-way, or it was purged).
+    -- The step does not exist: purged after a cancel, or (a producer of an earlier version,
+    -- which wrote a Cluster workflow queue by queue, unstaged) not written yet. Keep the count
+    -- (insert_jobs subtracts it); the set expires if the step never comes. A staged batch
+    -- stores every step before any of its inputs can be claimed.
     redis.call('SADD', counted, input)
     redis.call('EXPIRE', counted, EARLY_INPUTS_TTL)
     return 0
@@ -398,6 +420,61 @@ local function record(k, n)
   return h
 end
 
+-- Staged batches -------------------------------------------------------------------------------
+-- A batch too large for one short script (or, on Cluster, one that spans several queues) is
+-- written in several calls, a slice each (jobs_stage.lua), and made visible in one move per
+-- queue (jobs_publish.lua; a single node publishes every queue in one). Its job numbers
+-- [lo, hi] were reserved together (batch_open.lua). While it is staged the queue's stages hash
+-- lists that range and every reader hides it: listings and counts leave that range of the
+-- number-scored indexes out (pending, waiting, wf:<id>), a read by id finds no job, and the
+-- ready entries wait in the stage's own levels, which no claim reads. Publishing renames those
+-- into place, or, where the level holds jobs already, into a segment the claim reads beside it
+-- (ready_merge.lua moves it into the level afterwards), and drops the range from stages:
+-- O(priority levels) whatever the batch's size. A batch abandoned before it was published is
+-- deleted by stage_abort.lua (by its producer, or by the reaper once its deadline passed).
+
+-- The ranges {lo, hi} of job numbers the open stages of queue k hide.
+local function stage_ranges(k)
+  local out = {}
+  for _, v in ipairs(redis.call('HVALS', k.stages)) do
+    local lo, hi = string.match(v, '^(%d+) (%d+)$')
+    if lo then
+      out[#out + 1] = {tonumber(lo), tonumber(hi)}
+    end
+  end
+  return out
+end
+
+-- Whether job number n falls in one of `ranges`.
+local function in_ranges(ranges, n)
+  local x = tonumber(n)
+  for _, r in ipairs(ranges) do
+    if x >= r[1] and x <= r[2] then
+      return true
+    end
+  end
+  return false
+end
+
+-- Whether job n of queue k belongs to a batch still staged (hidden from every reader).
+local function staged(k, n)
+  return redis.call('EXISTS', k.stages) == 1 and in_ranges(stage_ranges(k), n)
+end
+
+local function stage_key(k, b)
+  return k.base .. 'stage:' .. b
+end
+
+local function stage_level(k, b, p)
+  return k.base .. 'stage:' .. b .. ':ready:' .. p
+end
+
+-- How many ids a comma-joined list holds (ids never hold a comma).
+local function count_ids(joined)
+  local _, commas = string.gsub(joined, ',', '')
+  return commas + 1
+end
+
 -- Whether an insert row is a workflow step with inputs (row[15]: its inputs).
 local function waits_on(job)
   local after = nz(job[15])
@@ -408,19 +485,24 @@ end
 --   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
 --   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
 --   o.registry (set key or nil),
---   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts
+--   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts,
+--   o.stage ({id, lo, hi}: a slice of a staged batch, with o.numbers; see above)
 -- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number)}
--- (two strings: a batch's reply stays small) or {"full", queue, max_pending}.
+-- (two strings: a batch's reply stays small), {"full", queue, max_pending}, or {"busy",
+-- queue, key} when a job of a batch still staged holds a key (the caller waits for that batch).
 local function insert_jobs(o)
   local ng = #o.names
   local groups, cfg, fresh = {}, {}, {} -- fresh: new jobs per group that will be pending
+  local counted = {} -- new jobs per group, waiting or pending: what max_pending caps
+  local own = o.stage and {{o.stage.lo, o.stage.hi}} -- a slice's own batch (earlier slices)
   for g = 1, ng do
     groups[g] = queue_keys(g)
-    if not o.dry then
+    if not o.dry and not o.stage then
       lapse_if_due(groups[g])
     end
     cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending')
     fresh[g] = 0
+    counted[g] = 0
   end
 
   -- First pass: which jobs are new. A key held by a pending or running job of the same queue
@@ -432,11 +514,18 @@ local function insert_jobs(o)
     local g = job[1]
     local key = nz(job[12])
     local held
-    if key then
+    if o.stage and redis.call('EXISTS', job_key(groups[g], int(o.numbers[i]))) == 1 then
+      held = {again = true} -- written by this very slice, sent again after its reply was lost
+    elseif key then
       local n = redis.call('HGET', groups[g].idem, key)
       if n then
         local st = redis.call('HGET', job_key(groups[g], n), 'status')
         if st == 'pending' or st == 'running' then
+          -- A key taken by a batch still being written: wait for its outcome, as a row
+          -- lock would make a SQL insert wait (it may yet be abandoned, freeing the key).
+          if staged(groups[g], n) and not (own and in_ranges(own, n)) then
+            return {'busy', o.names[g], key}
+          end
           held = {n = n}
         end
       end
@@ -444,11 +533,17 @@ local function insert_jobs(o)
         held = {first = in_batch[g .. '|' .. key]}
       end
     end
-    if held then
+    if held and held.again then
+      plan[i] = held
+      if key then
+        in_batch[g .. '|' .. key] = i
+      end
+    elseif held then
       plan[i] = held
     else
       plan[i] = {}
       created_total = created_total + 1
+      counted[g] = counted[g] + 1
       if not waits_on(job) then
         fresh[g] = fresh[g] + 1
       end
@@ -458,10 +553,12 @@ local function insert_jobs(o)
     end
   end
 
+  -- A waiting step counts with the pending jobs (it will run in this queue), so its release
+  -- to pending later never needs the room checked again.
   for g = 1, ng do
     local max_pending = tonumber(cfg[g][3])
-    if max_pending and fresh[g] > 0
-      and redis.call('ZCARD', groups[g].pending) + fresh[g] > max_pending then
+    if max_pending and counted[g] > 0 and redis.call('ZCARD', groups[g].pending)
+      + redis.call('ZCARD', groups[g].waiting) + counted[g] > max_pending then
       return {'full', o.names[g], cfg[g][3]}
     end
   end
@@ -499,6 +596,8 @@ local function insert_jobs(o)
       n, created = p.n, 0
     elseif p.first then
       n, created = numbers[p.first], 0
+    elseif p.again then
+      n, created = int(o.numbers[i]), 1
     else
       created = 1
       if o.numbers then
@@ -550,11 +649,15 @@ local function insert_jobs(o)
       end
       local early = 0
       local has_inputs = waiting
-      if waiting and type(job[15][1]) ~= 'number' then
-        -- Cluster: inputs in queues written before this one may have completed already.
+      -- inputs as ids, joined (numbers reserved beforehand: a staged batch, Cluster), or as
+      -- positions in this batch: a join of 100,000 members decodes one string, not a table
+      local joined = waiting and type(job[15]) == 'string' and job[15]
+      local ninputs = waiting and (joined and count_ids(joined) or #job[15])
+      if joined then
+        -- inputs counted before the step existed (see count_input)
         local counted = k.base .. 'inputs:' .. n
         early = redis.call('SCARD', counted)
-        if early >= #job[15] then
+        if early >= ninputs then
           waiting = false -- every input completed: the step is due as it is written
           redis.call('DEL', counted)
           fields[6] = 'pending'
@@ -562,28 +665,29 @@ local function insert_jobs(o)
         end
       end
       if has_inputs then
-        local ids = {}
-        local id = o.names[g] .. ':' .. n
-        for j, e in ipairs(job[15]) do
-          if type(e) == 'number' then -- a position in this batch (single node)
+        local depends_on = joined
+        if not joined then
+          local ids = {}
+          local id = o.names[g] .. ':' .. n
+          for j, e in ipairs(job[15]) do -- positions of earlier jobs of this batch
             ids[j] = o.names[o.jobs[e][1]] .. ':' .. numbers[e]
             derived[e] = derived[e] or {}
             table.insert(derived[e], id)
-          else -- an id the caller knew (Cluster: numbers reserved beforehand)
-            ids[j] = e
           end
+          depends_on = table.concat(ids, ',')
         end
         fields[#fields + 1] = 'depends_on'
-        fields[#fields + 1] = table.concat(ids, ',')
+        fields[#fields + 1] = depends_on
         if waiting then
           fields[#fields + 1] = 'waits'
-          fields[#fields + 1] = #ids - early
+          fields[#fields + 1] = ninputs - early
         end
       end
       local dependents = nz(job[16])
-      if dependents and #dependents > 0 then
+      if dependents and #dependents > 0 then -- ids, joined (or a list of them)
         fields[#fields + 1] = 'dependents'
-        fields[#fields + 1] = table.concat(dependents, ',')
+        fields[#fields + 1] = type(dependents) == 'string' and dependents
+          or table.concat(dependents, ',')
       end
       redis.call('HSET', job_key(k, n), unpack(fields))
       if waiting then
@@ -591,9 +695,14 @@ local function insert_jobs(o)
       else -- what to_ready does, batched
         local level = levels[g .. ':' .. prio]
         if not level then
-          level = k.base .. 'ready:' .. prio
+          if o.stage then -- the stage's own level, renamed into place when it is published
+            level = stage_level(k, o.stage.id, prio)
+            redis.call('HSET', stage_key(k, o.stage.id), 'level:' .. prio, '1')
+          else
+            level = k.base .. 'ready:' .. prio
+            add(k.prios, prio, prio)
+          end
           levels[g .. ':' .. prio] = level
-          add(k.prios, prio, prio)
         end
         add(level, run_at, pad(n))
         add(k.pending, n, n)

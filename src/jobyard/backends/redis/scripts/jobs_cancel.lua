@@ -7,7 +7,8 @@
 -- Touches: the job hash (status cancelled, finished_at, cancel_requested_at, cancelled_by); its
 --          ready level, prios, pending (a waiting job: waiting, its counted inputs); cancelled and done:cancelled; idem (the key is free
 --          again). A running job: only cancel_requested_at and cancelled_by of its hash.
--- Returns: {"ok", field1, value1, ...} (the job after the change), {"missing"}, or
+-- Returns: {"ok", field1, value1, ...} (the job after the change), {"missing"} (also for a job of
+--          a batch still staged, see _lib.lua), or
 --          {"status", current status} when the job is finished (or running, with ARGV[5]).
 
 local now = now_from(ARGV[1])
@@ -17,7 +18,7 @@ local k = queue_keys(1)
 local jk = job_key(k, n)
 
 local cur = redis.call('HMGET', jk, 'status', 'priority')
-if not cur[1] then
+if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
   return {'missing'}
 end
 local by = ARGV[4]

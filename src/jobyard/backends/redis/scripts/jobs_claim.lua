@@ -5,7 +5,8 @@
 --       [5] token prefix (random, fresh per call; the token is "<prefix>.<number>")
 --       [6] "1" = peek: report the candidates, claim nothing
 --       [7] seconds a failed job is kept (0: forever): a corrupt record fails instead
--- Touches: per group the ready levels, prios, pending and claims sets and the claimed job hashes
+-- Touches: per group the ready levels (and their segments, see jobs_publish.lua), prios, pending
+--          and claims sets and the claimed job hashes
 --          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
 --          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
 --          reason instead, and the others of the batch are claimed as usual.
@@ -24,6 +25,17 @@ local prefix = ARGV[5]
 local peek = ARGV[6] == '1'
 local failed_ttl = tonumber(ARGV[7]) or 0
 
+-- Claim order: priority DESC, run_at ASC, enqueue order ASC.
+local function better(a, b)
+  if a.prio ~= b.prio then
+    return a.prio > b.prio
+  end
+  if a.run_at ~= b.run_at then
+    return a.run_at < b.run_at
+  end
+  return a.member < b.member -- zero-padded numbers: string order is enqueue order
+end
+
 local candidates = {}
 local groups = {}
 for g = 1, ng do
@@ -36,36 +48,45 @@ for g = 1, ng do
     cap = math.min(cap, tonumber(conf[2]) - redis.call('ZCARD', k.claims))
   end
   if conf[1] ~= '1' and cap > 0 then
-    -- Levels from the highest priority down: a lower level can only fill what is left.
-    local got = 0
-    for _, p in ipairs(redis.call('ZREVRANGE', k.prios, 0, -1)) do
+    -- Levels from the highest priority down: a lower level can only fill what is left. A
+    -- level may have segments beside it (a published batch's entries being merged into it,
+    -- see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each of the
+    -- keys of one priority may hold the best entries, so each is asked for what the higher
+    -- priorities left, and the queue's share is cut to its cap once they are sorted.
+    local got, before, prio_of_band = 0, 0, nil
+    local mine = {}
+    local levels = redis.call('ZREVRANGE', k.prios, 0, -1, 'WITHSCORES')
+    for i = 1, #levels, 2 do
+      local p, prio = levels[i], tonumber(levels[i + 1])
+      if prio ~= prio_of_band then
+        if got >= cap then
+          break
+        end
+        prio_of_band, before = prio, got
+      end
       local level = k.base .. 'ready:' .. p
-      local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0, cap - got)
+      local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+        cap - before)
       if #due == 0 and redis.call('EXISTS', level) == 0 then
         redis.call('ZREM', k.prios, p) -- an emptied level
       end
-      for i = 1, #due, 2 do
-        candidates[#candidates + 1] = {
-          g = g, prio = tonumber(p), p = p, run_at = tonumber(due[i + 1]), member = due[i],
+      for j = 1, #due, 2 do
+        mine[#mine + 1] = {
+          g = g, prio = prio, p = p, run_at = tonumber(due[j + 1]), member = due[j],
         }
       end
       got = got + #due / 2
-      if got >= cap then
-        break
-      end
+    end
+    if #mine > cap then -- only with segments: keys of one priority each gave up to the cap
+      table.sort(mine, better)
+    end
+    for j = 1, math.min(cap, #mine) do
+      candidates[#candidates + 1] = mine[j]
     end
   end
 end
 
-table.sort(candidates, function(a, b)
-  if a.prio ~= b.prio then
-    return a.prio > b.prio
-  end
-  if a.run_at ~= b.run_at then
-    return a.run_at < b.run_at
-  end
-  return a.member < b.member -- zero-padded numbers: string order is enqueue order
-end)
+table.sort(candidates, better)
 
 local out = {}
 local chosen = math.min(limit, #candidates)
@@ -73,7 +94,7 @@ if peek then
   for i = 1, chosen do
     local c = candidates[i]
     out[#out + 1] = tostring(c.g)
-    out[#out + 1] = c.p
+    out[#out + 1] = int(c.prio)
     out[#out + 1] = fmt(c.run_at)
     out[#out + 1] = unpad(c.member)
   end

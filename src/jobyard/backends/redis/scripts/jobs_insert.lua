@@ -9,9 +9,10 @@
 --       [8] JSON array of jobs, each [group, name, payload, priority, delay, run_at|null,
 --           max_attempts|null, backoff|null, timeout|null, lease, delivery,
 --           idempotency_key|null, parent_id|null] and, for a workflow job only, three more:
---           workflow_id|null, inputs (1-based positions of earlier jobs of this array, or ids
---           when ARGV[3] reserved the numbers; none: not waiting), dependents (ids, given
---           with reserved numbers; else derived from the positions)
+--           workflow_id|null, inputs (1-based positions of earlier jobs of this array, or
+--           their ids joined by commas when the numbers were reserved; none: not waiting),
+--           dependents (ids joined by commas, given with reserved numbers; else derived from
+--           the positions)
 -- Touches: job hashes, ready levels, prios, pending (waiting for a step with inputs), idem,
 --          workflows and wf:<id> (workflow jobs), ttl/alive of each group; with the
 --          global keys: INCRBY on the sequence, SADD on the registry, LPUSH/LTRIM on wake lists.

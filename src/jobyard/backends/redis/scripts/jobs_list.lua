@@ -4,7 +4,8 @@
 -- ARGV: [1] number of groups   [2] status, "" = any   [3] job name, "" = any
 --       [4] offset   [5] limit   [6] workflow id, "" = any (then the workflow's index
 --       "wf:<id>" of each queue is read instead of the state indexes)
--- Touches: nothing (reads the state indexes and job hashes).
+-- Touches: nothing (reads the state indexes and job hashes). The jobs of a batch still staged
+--          are left out (see "Staged batches" in _lib.lua).
 -- Returns: one array per job: {group, number, field1, value1, ...}.
 --
 -- Each state index is scored by job number, so newest first is a reverse range; a name filter
@@ -32,25 +33,46 @@ local function matches(k, n, st)
   return (st == '' or f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name)
 end
 
--- The newest `want` matching numbers of index `key` (scored by number), as {n, g} entries.
+-- The spans of job numbers of queue k that are not hidden, newest first, as score bounds
+-- {max, min}: all of them, or the gaps between the ranges of batches still staged (see
+-- "Staged batches" in _lib.lua).
+local function visible_spans(k)
+  if redis.call('EXISTS', k.stages) == 0 then
+    return {{'+inf', '-inf'}}
+  end
+  local ranges = stage_ranges(k)
+  table.sort(ranges, function(a, b) return a[1] > b[1] end)
+  local spans, top = {}, '+inf'
+  for _, r in ipairs(ranges) do
+    spans[#spans + 1] = {top, '(' .. int(r[2])}
+    top = '(' .. int(r[1])
+  end
+  spans[#spans + 1] = {top, '-inf'}
+  return spans
+end
+
+-- The newest `want` matching numbers of index `key` (scored by number), as {n, g} entries. It
+-- reads on from the last number seen (an index seek, however deep the listing goes).
 local function newest_in(k, g, key, st, found)
   local got = 0
-  local start = 0
-  while got < want do
-    local ns = redis.call('ZREVRANGE', key, start, start + CHUNK - 1)
-    if #ns == 0 then
-      break
-    end
-    for _, n in ipairs(ns) do
-      if matches(k, n, st) then
-        found[#found + 1] = {n = n, g = g}
-        got = got + 1
-        if got >= want then
-          break
+  for _, span in ipairs(visible_spans(k)) do
+    local top = span[1]
+    while got < want do
+      local ns = redis.call('ZREVRANGEBYSCORE', key, top, span[2], 'LIMIT', 0, CHUNK)
+      if #ns == 0 then
+        break
+      end
+      for _, n in ipairs(ns) do
+        if matches(k, n, st) then
+          found[#found + 1] = {n = n, g = g}
+          got = got + 1
+          if got >= want then
+            break
+          end
         end
       end
+      top = '(' .. ns[#ns]
     end
-    start = start + CHUNK
   end
 end
 

@@ -7,7 +7,8 @@
 --          cancellation request and the progress cleared, error kept for history; its expiry
 --          removed); the finished state's two indexes; the
 --          ready level, prios, pending; idem (the job takes its key back).
--- Returns: {"ok", field1, value1, ...}, {"missing"}, {"status", current status} when the job
+-- Returns: {"ok", field1, value1, ...}, {"missing"} (also for a job of a batch still staged),
+--          {"status", current status} when the job
 --          is neither failed nor cancelled, {"corrupt", reason} when its priority is unusable,
 --          or {"dup", number} when another pending or running
 --          job of the queue holds its idempotency key.
@@ -18,7 +19,7 @@ local k = queue_keys(1)
 local jk = job_key(k, n)
 
 local cur = redis.call('HMGET', jk, 'status', 'priority', 'idempotency_key')
-if not cur[1] then
+if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
   return {'missing'}
 end
 if cur[1] ~= 'failed' and cur[1] ~= 'cancelled' then

@@ -11,7 +11,8 @@
 --       [7] default max_attempts
 -- Touches: the schedule hash (next_run_at, last_run_at); what jobs_insert.lua touches.
 -- Returns: {"ok", number, "1" created | "0" held by a job with its idempotency key},
---          {"full", queue, max_pending} (nothing changed) or
+--          {"full", queue, max_pending} (nothing changed), {"busy", queue, key} (its key is
+--          held by a job of a batch still staged: nothing changed, send again later) or
 --          {"skip"} (not active, paused, or not waiting for this tick).
 
 local sk = KEYS[NQ + 1]

@@ -2,7 +2,9 @@
 --
 -- KEYS: the 16 keys of each queue group (see _lib.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups
--- Touches: nothing (ZCARD and ZCOUNT on the state indexes and held).
+-- Touches: nothing (ZCARD and ZCOUNT on the state indexes and held; the jobs of batches still
+--          staged are left out of the waiting and pending counts: see "Staged batches" in
+--          _lib.lua).
 -- Returns: 8 integers per group: waiting, pending, running, completed, failed, cancelled, completed in
 --          the last 60 seconds, 1 if the queue has a configuration.
 
@@ -11,8 +13,16 @@ local ng = tonumber(ARGV[2])
 local out = {}
 for g = 1, ng do
   local k = queue_keys(g)
-  out[#out + 1] = redis.call('ZCARD', k.waiting)
-  out[#out + 1] = redis.call('ZCARD', k.pending)
+  local waiting = redis.call('ZCARD', k.waiting)
+  local pending = redis.call('ZCARD', k.pending)
+  if redis.call('EXISTS', k.stages) == 1 then
+    for _, r in ipairs(stage_ranges(k)) do
+      waiting = waiting - redis.call('ZCOUNT', k.waiting, r[1], r[2])
+      pending = pending - redis.call('ZCOUNT', k.pending, r[1], r[2])
+    end
+  end
+  out[#out + 1] = waiting
+  out[#out + 1] = pending
   out[#out + 1] = redis.call('ZCARD', k.claims)
   out[#out + 1] = redis.call('ZCARD', k.completed)
   out[#out + 1] = redis.call('ZCARD', k.failed)
