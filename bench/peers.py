@@ -237,6 +237,8 @@ def work_args(args: argparse.Namespace) -> list[str]:
         out += ["--call", args.call]
     if args.cpu_ms > 0:
         out += ["--cpu-ms", f"{args.cpu_ms:g}"]
+        if args.cpu_per_ms > 0:
+            out += ["--cpu-per-ms", f"{args.cpu_per_ms:g}"]
     return [*out, "--async"] if args.use_async else out
 
 
@@ -371,6 +373,14 @@ def parser(description: str) -> argparse.ArgumentParser:
         metavar="MS",
         help="each job holds the GIL for MS ms of calibrated pure Python (after its call)",
     )
+    p.add_argument(
+        "--cpu-per-ms",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="--cpu-ms: the loop's iterations per ms for every library's processes (each still"
+        " checks it), so that all do the same work; default: each process calibrates its own",
+    )
     p.add_argument("--latency-samples", type=int, default=200)
     p.add_argument("--drain-timeout", type=float, default=60.0, help="a slower drain: partial rate")
     p.add_argument("--peer-timeout", type=float, default=900.0)
@@ -400,8 +410,8 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         help="also a jobyard row whose worker runs with --pin (its process on one CPU)",
     )
     args = p.parse_args(argv)
-    if args.work_ms < 0 or args.cpu_ms < 0 or args.concurrency < 1:
-        p.error("--work-ms and --cpu-ms must be >= 0 and --concurrency >= 1")
+    if min(args.work_ms, args.cpu_ms, args.cpu_per_ms) < 0 or args.concurrency < 1:
+        p.error("--work-ms, --cpu-ms and --cpu-per-ms must be >= 0, --concurrency >= 1")
     with_jobyard = with_jobyard or args.with_jobyard
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()

@@ -428,6 +428,14 @@ def main(argv: list[str] | None = None) -> None:
         help="each drained job holds the GIL for MS ms of calibrated pure Python (after its"
         " call, before its wait); prints cpu_share",
     )
+    parser.add_argument(
+        "--cpu-per-ms",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="--cpu-ms: the loop's iterations per ms for every process (each still checks it);"
+        " default: each process calibrates its own",
+    )
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument(
         "--group",
@@ -450,8 +458,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--keep-log", action="store_true", help="keep the worker's log")
     args = parser.parse_args(argv)
-    if args.work_ms < 0 or args.cpu_ms < 0 or args.processes < 1 or args.concurrency < 1:
-        parser.error("--work-ms and --cpu-ms must be >= 0, --processes and --concurrency >= 1")
+    negative = min(args.work_ms, args.cpu_ms, args.cpu_per_ms) < 0
+    if negative or args.processes < 1 or args.concurrency < 1:
+        parser.error("--work-ms, --cpu-ms and --cpu-per-ms must be >= 0, --processes and -c >= 1")
     if args.processes > 1 and args.backend == "memory" and not args.url:
         parser.error("memory:// runs its worker in this process: no --processes")
     header = f"# jobyard {args.backend}: jobs={args.jobs} concurrency={args.concurrency}"
@@ -466,13 +475,16 @@ def main(argv: list[str] | None = None) -> None:
             header += f" handler={'async' if args.use_async else 'sync'}"
         header += f" call={args.call or 'none'} cpu_ms={args.cpu_ms:g}"
     print(header, flush=True)
+    if args.cpu_per_ms > 0:
+        os.environ["BENCH_CPU_PER_MS"] = f"{args.cpu_per_ms:g}"  # the worker inherits it
     if args.cpu_ms > 0:
         from bench._calls import calibrate
 
         per_ms, got = calibrate(args.cpu_ms)
+        how = "given" if args.cpu_per_ms > 0 else "each worker process calibrates its own"
         print(
             f"# cpu loop: {per_ms:,.0f} iterations per ms in this process; {args.cpu_ms:g} ms"
-            f" took {got:.3f} ms of CPU (each worker process calibrates its own)",
+            f" took {got:.3f} ms of CPU ({how})",
             flush=True,
         )
     if args.call or args.cpu_ms > 0:

@@ -89,6 +89,7 @@ class Harness:
         parser.add_argument("--async", dest="use_async", action="store_true")
         parser.add_argument("--call", choices=CALLS, default="")
         parser.add_argument("--cpu-ms", type=float, default=0.0, metavar="MS")
+        parser.add_argument("--cpu-per-ms", type=float, default=0.0, metavar="N")
         parser.add_argument(
             "--call-url", default="", help="what --call talks to (default: started here)"
         )
@@ -121,11 +122,14 @@ class Harness:
         if self.call or self.cpu_ms > 0:
             header += f" call={self.call or 'none'} cpu_ms={self.cpu_ms:g}"
         print(header, flush=True)
+        if self.args.cpu_per_ms > 0:  # the worker inherits it
+            os.environ["BENCH_CPU_PER_MS"] = f"{self.args.cpu_per_ms:g}"
         if self.cpu_ms > 0:
             per_ms, got = calibrate(self.cpu_ms)
+            how = "given" if self.args.cpu_per_ms > 0 else "each process calibrates its own"
             print(
                 f"# cpu loop: {per_ms:,.0f} iterations per ms in the driver; {self.cpu_ms:g} ms"
-                f" took {got:.3f} ms of CPU (each worker process calibrates its own)",
+                f" took {got:.3f} ms of CPU ({how})",
                 flush=True,
             )
         # what the call talks to, for this library's run (peers.py starts it and hands it over,
