@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench._calls import CALLS, COUNTER
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 PG_HOST = "127.0.0.1"
@@ -33,11 +35,20 @@ FIGURES = (
     "enqueue_many",
     "drain",
     "slot_share",
+    "per_slot",
+    "cpu_share",
     "latency p50",
     "latency p95",
     "latency p99",
 )
-UNITS = {"enqueue": "jobs/s", "enqueue_many": "jobs/s", "drain": "jobs/s", "slot_share": "%"}
+UNITS = {
+    "enqueue": "jobs/s",
+    "enqueue_many": "jobs/s",
+    "drain": "jobs/s",
+    "slot_share": "%",
+    "per_slot": "jobs/s",
+    "cpu_share": "%",
+}
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -97,6 +108,27 @@ def emit_slot_share(rate: float, slots: int, work_ms: float) -> None:
         plural = "s" if slots != 1 else ""
         note = f"of {capacity:,.0f} jobs/s: {slots} slot{plural} x 1000 / {work_ms:g} ms"
         emit("slot_share", 100.0 * rate / capacity, "%", note)
+
+
+def emit_per_slot(rate: float, slots: int) -> None:
+    """``per_slot``: the drain per slot, for handlers whose cost is not a fixed wait (``--call``
+    without ``--work-ms``: the slot's capacity is not known beforehand)."""
+    emit("per_slot", rate / slots, "jobs/s", f"drain / {slots} slot{'s' if slots != 1 else ''}")
+
+
+def cpu_capacity(cpu_ms: float) -> float:
+    """Jobs/s the machine's cores could finish if each job only held a core for ``cpu_ms``."""
+    return (os.cpu_count() or 1) * 1000.0 / cpu_ms
+
+
+def emit_cpu_share(rate: float, cpu_ms: float) -> None:
+    """``cpu_share`` (only with ``--cpu-ms``): the drain as a share of ``cpu_capacity``. One
+    process holds one interpreter lock: its Python runs on one core at a time, so one worker
+    process tops out at 1 / cores of it (50% on 2 cores)."""
+    if cpu_ms > 0:
+        cores = os.cpu_count() or 1
+        note = f"of {cpu_capacity(cpu_ms):,.0f} jobs/s: {cores} cores x 1000 / {cpu_ms:g} ms"
+        emit("cpu_share", 100.0 * rate / cpu_capacity(cpu_ms), "%", note)
 
 
 def emit_latencies(samples_ms: Sequence[float]) -> None:
@@ -381,6 +413,66 @@ def scratch_database(label: str) -> Iterator[str]:
         yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
     finally:
         psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- what a handler calls (bench/_calls.py) -------------------------------------------------
+
+CALL_PG_URL = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/test"
+
+
+@contextlib.contextmanager
+def call_target(kind: str) -> Iterator[str]:
+    """What the handlers' ``--call KIND`` talks to, for one run; yields its URL (the workers'
+    ``$BENCH_CALL_URL``): redis, a private redis-server of its own (not the store's, nor the
+    shared one); postgres, database ``test`` of the local server (one ``SELECT 1`` touches no
+    table); http, ``bench/_httpd.py`` in a process of its own. ``""``: nothing, an empty URL."""
+    if not kind:
+        yield ""
+    elif kind == "redis":
+        with private_redis() as url:
+            yield url
+    elif kind == "postgres":
+        yield CALL_PG_URL
+    elif kind == "http":
+        port = free_port()
+        proc = spawn([sys.executable, str(BENCH_DIR / "_httpd.py"), "--port", str(port)])
+        try:
+            wait_port(port)
+            log(f"http server for the calls on port {port}")
+            yield f"http://127.0.0.1:{port}/"
+        finally:
+            stop_process(proc)
+    else:
+        raise SystemExit(f"unknown call {kind!r}; one of {', '.join(CALLS)}")
+
+
+def calls_counted(kind: str, url: str) -> int | None:
+    """How many calls the target has seen (redis: the counter the INCRs raise; http: the
+    server's count); None where it keeps none (postgres)."""
+    if kind == "redis":
+        out = subprocess.run(
+            ["redis-cli", "-u", url, "GET", COUNTER],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return int(out) if out.isdigit() else 0
+    if kind == "http":
+        import urllib.request
+
+        with urllib.request.urlopen(url + "count", timeout=10) as r:
+            return int(r.read())
+    return None
+
+
+def check_calls(kind: str, url: str, jobs: int) -> None:
+    """Print a ``# calls:`` line: the calls the target saw against the jobs counted done when
+    the drain ended (a job run twice shows here; so does a job counted done before its call, as
+    Huey counts a job done once popped, or a call made after the count was read)."""
+    seen = calls_counted(kind, url)
+    if seen is not None:
+        mark = "" if seen == jobs else f" ({seen - jobs:+d})"
+        print(f"# calls: {seen} {kind} calls seen for {jobs} jobs drained{mark}", flush=True)
 
 
 def short_id() -> str:

@@ -1,15 +1,16 @@
 """The jobyard app the benchmarks run: ``python -m jobyard worker bench.apps:app -q bench``.
 
-The store comes from ``$JOBYARD_BENCH_URL`` (set by ``bench/throughput.py``).
+The store comes from ``$JOBYARD_BENCH_URL`` (set by ``bench/throughput.py``); what a handler's
+``--call`` talks to from ``$BENCH_CALL_URL`` (see ``bench/_calls.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
 import jobyard
+from bench._calls import ahandle, handle
 
 app = jobyard.App(os.environ.get("JOBYARD_BENCH_URL", "memory://"))
 
@@ -26,16 +27,20 @@ def stamp() -> float:
 
 
 @app.job(queue="bench")
-def work(ms: float) -> None:
+def work(ms: float, call: str = "", cpu_ms: float = 0.0) -> float | None:
     """A sync handler that waits ``ms`` milliseconds on I/O (``time.sleep`` releases the GIL as a
-    blocking socket read would): what is measured is how busy the worker keeps its slots."""
-    time.sleep(ms / 1000.0)
+    blocking socket read would): what is measured is how busy the worker keeps its slots. With
+    ``call`` / ``cpu_ms`` (issue 18), it first makes one call on a client of its process's own,
+    then holds the GIL for ``cpu_ms`` of pure Python (``bench._calls.handle``), and returns that
+    loop's CPU time in ms, which throughput.py reads back as a check."""
+    return handle(ms / 1000.0, call, cpu_ms)
 
 
 @app.job(queue="bench")
-async def awork(ms: float) -> None:
-    """The async twin of ``work``: awaits ``ms`` milliseconds on the event loop."""
-    await asyncio.sleep(ms / 1000.0)
+async def awork(ms: float, call: str = "", cpu_ms: float = 0.0) -> float | None:
+    """The async twin of ``work``: awaits ``ms`` milliseconds on the event loop (after its call
+    on the loop's async client and its CPU loop, if asked: ``bench._calls.ahandle``)."""
+    return await ahandle(ms / 1000.0, call, cpu_ms)
 
 
 @app.job(queue="bench")

@@ -19,6 +19,13 @@ with ``--async``, each library's closest equivalent where it cannot run that kin
 prints a ``# handler:`` line saying what it ran, listed under the table); the table then has a
 ``slots %`` column beside the drain: the drain over what the library's slots could do, slots x
 1000 / MS.
+
+``--call {redis,postgres,http}`` and ``--cpu-ms MS`` (issue 18): every library's drained jobs
+first make one call on a client of the worker process's own, then hold the interpreter lock for
+MS ms, then wait ``--work-ms`` (the same handler bodies, ``bench/_calls.py``); each library's run
+gets its own call target (a private redis-server, the local PostgreSQL, or a small HTTP server),
+started here. With ``--call`` and no ``--work-ms`` the table has a ``per slot/s`` column (the
+drain over the slots), with ``--cpu-ms`` a ``cpu %`` one (the drain over cores x 1000 / MS).
 """
 
 from __future__ import annotations
@@ -36,9 +43,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._calls import describe
 from bench._common import (
     BENCH_DIR,
+    CALLS,
     FIGURES,
+    call_target,
     log,
     parse_figures,
     private_redis,
@@ -98,17 +108,23 @@ TARGETS["redis_cluster"] = TARGETS["redis"]
 def targets_for(args: argparse.Namespace, peer_rows: list[Row]) -> list[tuple[str, float, str]]:
     """The jobyard targets of this run. No-op jobs: issues 2-4. Jobs that wait (issue 8): a
     slot share of at least 75% (90% from 10 ms on) and, for sync handlers, at least twice the
-    best peer's finished drain; the idle latency targets stay (the probe is the same)."""
+    best peer's finished drain; the idle latency targets stay (the probe is the same). Handlers
+    that call something or compute (issue 18) get the latency targets and, for sync handlers,
+    the two-fold drain; the slot share is then a figure, not a target (the call takes time of its
+    own)."""
     base = TARGETS[args.store]
-    if args.work_ms <= 0:
+    calls = bool(args.call) or args.cpu_ms > 0
+    if args.work_ms <= 0 and not calls:
         return base
     out = [t for t in base if t[0].startswith("latency")]
-    if not args.use_async:
+    if args.use_async:
+        return out
+    if args.work_ms > 0 and not calls:
         out.append(("slot_share", 90.0 if args.work_ms >= 10 else 75.0, "min"))
-        drains = [r.figures.get("drain") for r in peer_rows if not r.partial and not r.error]
-        best = max((d for d in drains if d is not None), default=None)
-        if best is not None:
-            out.append(("drain", 2 * best, "min"))
+    drains = [r.figures.get("drain") for r in peer_rows if not r.partial and not r.error]
+    best = max((d for d in drains if d is not None), default=None)
+    if best is not None:
+        out.append(("drain", 2 * best, "min"))
     return out
 
 
@@ -191,7 +207,7 @@ def run_child(argv: list[str], timeout: float, row: Row) -> None:
 def run_peer(peer: Peer, store: str, args: argparse.Namespace, row: Row) -> None:
     log(f"peer {peer.label}")
     script = BENCH_DIR / "peer_runners" / f"bench_{peer.module}.py"
-    with fresh_store(store, peer.module) as url:
+    with fresh_store(store, peer.module) as url, call_target(args.call) as call_url:
         argv = [
             str(PEERS_PYTHON),
             str(script),
@@ -207,6 +223,8 @@ def run_peer(peer: Peer, store: str, args: argparse.Namespace, row: Row) -> None
             str(args.drain_timeout),
             *work_args(args),
         ]
+        if call_url:
+            argv += ["--call-url", call_url]
         if peer.variant:
             argv += ["--variant", peer.variant]
         run_child(argv, args.peer_timeout, row)
@@ -215,6 +233,12 @@ def run_peer(peer: Peer, store: str, args: argparse.Namespace, row: Row) -> None
 def work_args(args: argparse.Namespace) -> list[str]:
     """The handler options, as every runner and throughput.py take them."""
     out = ["--work-ms", f"{args.work_ms:g}"] if args.work_ms > 0 else []
+    if args.call:
+        out += ["--call", args.call]
+    if args.cpu_ms > 0:
+        out += ["--cpu-ms", f"{args.cpu_ms:g}"]
+        if args.cpu_per_ms > 0:
+            out += ["--cpu-per-ms", f"{args.cpu_per_ms:g}"]
     return [*out, "--async"] if args.use_async else out
 
 
@@ -246,7 +270,7 @@ def _fmt(value: float | None, figure: str) -> str:
         return "-"
     if figure.startswith("latency"):
         return f"{value:.2f}"
-    if figure == "slot_share":
+    if figure in ("slot_share", "cpu_share"):
         return f"{value:.1f}"
     return f"{value:,.0f}"
 
@@ -258,12 +282,16 @@ def print_table(title: str, rows: list[Row], targets: list[tuple[str, float, str
         "enqueue_many": "enqueue_many/s",
         "drain": "drain/s",
         "slot_share": "slots %",
+        "per_slot": "per slot/s",
+        "cpu_share": "cpu %",
         "latency p50": "p50 ms",
         "latency p95": "p95 ms",
         "latency p99": "p99 ms",
     }
-    # the slot share only where some library has one (jobs that wait)
-    columns = [f for f in FIGURES if f != "slot_share" or any(f in r.figures for r in rows)]
+    # the shares and the per-slot rate only where some library has them (jobs that wait, call or
+    # compute)
+    optional = ("slot_share", "per_slot", "cpu_share")
+    columns = [f for f in FIGURES if f not in optional or any(f in r.figures for r in rows)]
     heads = ["library", *(names[f] for f in columns)]
     table: list[list[str]] = []
     for row in rows:
@@ -331,6 +359,28 @@ def parser(description: str) -> argparse.ArgumentParser:
         action="store_true",
         help="async handlers (asyncio.sleep(MS)) where the library runs them",
     )
+    p.add_argument(
+        "--call",
+        choices=CALLS,
+        default="",
+        help="each job first makes one call on a client of its own: a Redis INCR, a PostgreSQL"
+        " SELECT 1 or an HTTP GET to a local server (before --cpu-ms and --work-ms)",
+    )
+    p.add_argument(
+        "--cpu-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="each job holds the GIL for MS ms of calibrated pure Python (after its call)",
+    )
+    p.add_argument(
+        "--cpu-per-ms",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="--cpu-ms: the loop's iterations per ms for every library's processes (each still"
+        " checks it), so that all do the same work; default: each process calibrates its own",
+    )
     p.add_argument("--latency-samples", type=int, default=200)
     p.add_argument("--drain-timeout", type=float, default=60.0, help="a slower drain: partial rate")
     p.add_argument("--peer-timeout", type=float, default=900.0)
@@ -360,8 +410,8 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         help="also a jobyard row whose worker runs with --pin (its process on one CPU)",
     )
     args = p.parse_args(argv)
-    if args.work_ms < 0 or args.concurrency < 1:
-        p.error("--work-ms must be >= 0 and --concurrency >= 1")
+    if min(args.work_ms, args.cpu_ms, args.cpu_per_ms) < 0 or args.concurrency < 1:
+        p.error("--work-ms, --cpu-ms and --cpu-per-ms must be >= 0, --concurrency >= 1")
     with_jobyard = with_jobyard or args.with_jobyard
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
@@ -390,7 +440,10 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     targets = targets_for(args, rows) if with_jobyard else []
     rows = jobyard + rows
     what = "no-op jobs"
-    if args.work_ms > 0 or args.use_async:
+    if args.call or args.cpu_ms > 0:
+        body = describe(args.work_ms, args.call, args.cpu_ms, args.use_async)
+        what = f"{'async' if args.use_async else 'sync'} jobs: {body}"
+    elif args.work_ms > 0 or args.use_async:
         kind = "asyncio.sleep" if args.use_async else "time.sleep"
         what = f"jobs in {kind}({args.work_ms:g} ms)"
     title = (
@@ -399,7 +452,7 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         f"{args.latency_samples} idle samples"
     )
     print_table(title, rows, targets)
-    if with_jobyard and args.work_ms > 0:
+    if with_jobyard and (args.work_ms > 0 or args.call or args.cpu_ms > 0):
         if args.use_async:
             print("  jobyard target (issue 8, async): a drain of >= 80% of its no-op drain")
         else:

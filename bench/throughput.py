@@ -1,7 +1,8 @@
 """jobyard's throughput and latency on one store.
 
     python bench/throughput.py --backend {sqlite,postgres,redis,redis_cluster,memory} --jobs N
-        [-c C] [--processes P] [--work-ms MS [--async]]
+        [-c C] [--processes P] [--work-ms MS] [--call {redis,postgres,http}] [--cpu-ms MS]
+        [--async]
 
 Prints, each on a line of its own (``name: value unit``):
 
@@ -13,6 +14,9 @@ Prints, each on a line of its own (``name: value unit``):
   process start-up is never included and the clock costs the store nothing while it runs;
 - ``slot_share`` (only with ``--work-ms``): the drain as a share of what the slots could do if
   waiting were the only cost, ``drain / (C * P * 1000 / MS)``;
+- ``per_slot`` (only with ``--call`` and no ``--work-ms``): the drain per slot, ``drain / (C * P)``;
+- ``cpu_share`` (only with ``--cpu-ms``): the drain as a share of what the machine's cores could
+  do if the loop were the only cost, ``drain / (cores * 1000 / MS)``;
 - ``latency p50/p95/p99``: enqueue-to-start of one job at a time with that worker idle: the
   handler returns ``time.time()`` at its start, compared with the instant before ``enqueue()``.
 
@@ -25,6 +29,14 @@ in this process (memory:// cannot be shared between processes). ``--url`` uses a
 nothing (``bench.apps.work``, ``time.sleep``; with ``--async``, ``bench.apps.awork``,
 ``asyncio.sleep``). ``--processes P``: the worker command's ``--processes`` (P processes of C
 slots each). The idle latency probe is the no-op ``stamp`` job in every case.
+
+``--call KIND`` and ``--cpu-ms MS`` (issue 18: handlers that call something): each drained job
+first makes one call on a client of its process's own (``redis``: an INCR on a private
+redis-server of its own; ``postgres``: ``SELECT 1`` through a psycopg_pool pool; ``http``: a GET to
+``bench/_httpd.py``; see ``bench/_calls.py``), then holds the interpreter lock for MS ms of
+calibrated pure Python, then waits ``--work-ms`` if given. A ``# calls:`` line compares the calls
+the target saw (redis, http) with the jobs drained; with ``--cpu-ms`` a ``# cpu loop:`` line gives
+the loop's CPU time per job as the last jobs measured it in the worker.
 """
 
 from __future__ import annotations
@@ -44,9 +56,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import (
+    CALLS,
     REPO,
+    call_target,
+    check_calls,
     emit,
+    emit_cpu_share,
     emit_latencies,
+    emit_per_slot,
     emit_slot_share,
     first_started,
     last_finished,
@@ -132,7 +149,9 @@ def start_worker(args: argparse.Namespace, url: str, log_path: Path) -> Any:
         "-c",
         str(args.concurrency),
         "--log-level",
-        "WARNING",
+        # a handler that calls something may raise: INFO logs each failed attempt (and no line
+        # per completed job), which report_retries counts
+        "INFO" if args.call or args.cpu_ms > 0 else "WARNING",
     ]
     if args.processes > 1:
         argv += ["--processes", str(args.processes)]
@@ -143,7 +162,12 @@ def start_worker(args: argparse.Namespace, url: str, log_path: Path) -> Any:
     if args.worker_wrapper:
         argv = [*shlex.split(args.worker_wrapper), *argv]
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {"JOBYARD_BENCH_URL": url, "PYTHONPATH": pythonpath}
+    env = {
+        "JOBYARD_BENCH_URL": url,
+        "PYTHONPATH": pythonpath,
+        "BENCH_CALL_URL": os.environ.get("BENCH_CALL_URL", ""),
+        "BENCH_CALL_POOL": str(args.concurrency),  # a connection per slot of each process
+    }
     return spawn(argv, env=env, cwd=REPO, log_path=log_path)
 
 
@@ -157,8 +181,14 @@ def stop_worker(worker: Any) -> None:
 def workload(args: argparse.Namespace) -> tuple[Any, tuple[Any, ...], str]:
     """The job the enqueue phases enqueue and the drain runs: (job function, its arguments, a
     description)."""
+    from bench._calls import describe
     from bench.apps import awork, noop, work
 
+    if args.call or args.cpu_ms > 0:
+        job = awork if args.use_async else work
+        what = describe(args.work_ms, args.call, args.cpu_ms, args.use_async)
+        kind = "async" if args.use_async else "sync"
+        return job, (args.work_ms, args.call, args.cpu_ms), f"{kind} jobs: {what}"
     if args.use_async:
         return awork, (args.work_ms,), f"async jobs awaiting asyncio.sleep({args.work_ms:g} ms)"
     if args.work_ms > 0:
@@ -272,10 +302,19 @@ def run(args: argparse.Namespace, url: str) -> None:
     try:
         rate, note = timed_drain(args, app, worker, handles, total)
         emit("drain", rate, "jobs/s", note)
-        emit_slot_share(rate, args.concurrency * args.processes, args.work_ms)
+        slots = args.concurrency * args.processes
+        emit_slot_share(rate, slots, args.work_ms)
+        if args.call and args.work_ms <= 0:
+            emit_per_slot(rate, slots)
+        emit_cpu_share(rate, args.cpu_ms)
+        if args.call:
+            check_calls(args.call, os.environ["BENCH_CALL_URL"], total)
+        if args.cpu_ms > 0:
+            report_cpu_loop(handles[-64:], args.cpu_ms)
         failed = counts(app).get("failed", 0)
         if failed:
             log(f"warning: {failed} jobs failed")
+        report_retries(log_path)
 
         log(f"{args.backend}: idle latency, {args.latency_samples} samples")
         time.sleep(1.0)  # the worker goes idle: it sleeps on its push signal
@@ -296,6 +335,35 @@ def run(args: argparse.Namespace, url: str) -> None:
             log(f"worker log: {log_path}")
         else:
             log_path.unlink(missing_ok=True)
+
+
+def report_retries(log_path: Path) -> None:
+    """A ``# retries:`` line when the worker's log shows attempts that raised (a drain that
+    retries is not the drain of the handler asked for): how many, and the first one's error."""
+    if not log_path.exists():
+        return
+    lines = [x for x in log_path.read_text(errors="replace").splitlines() if " retry in " in x]
+    if lines:
+        first = lines[0].split(": ", 1)[-1].strip()
+        print(
+            f"# retries: {len(lines)} attempts raised and were retried; the first: {first}",
+            flush=True,
+        )
+
+
+def report_cpu_loop(handles: list[Any], cpu_ms: float) -> None:
+    """The ``# cpu loop:`` line: the CPU time the loop took in the worker, as the jobs of
+    ``handles`` returned it (``bench.apps.work``'s result), against ``cpu_ms``."""
+    import statistics
+
+    spent = [j.result for j in (h.get() for h in handles) if isinstance(j.result, float)]
+    if spent:
+        print(
+            f"# cpu loop: {statistics.median(spent):.3f} ms of CPU per job at the median,"
+            f" {min(spent):.3f}-{max(spent):.3f} ms, over the last {len(spent)} jobs"
+            f" ({cpu_ms:g} ms asked)",
+            flush=True,
+        )
 
 
 def run_group(args: argparse.Namespace, job: Any, job_args: tuple[Any, ...], drain: float) -> None:
@@ -345,6 +413,29 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the drained jobs are async handlers (asyncio.sleep(MS))",
     )
+    parser.add_argument(
+        "--call",
+        choices=CALLS,
+        default="",
+        help="each drained job first makes one call on a client of its own: a Redis INCR, a"
+        " PostgreSQL SELECT 1 or an HTTP GET to a local server (before --cpu-ms and --work-ms)",
+    )
+    parser.add_argument(
+        "--cpu-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="each drained job holds the GIL for MS ms of calibrated pure Python (after its"
+        " call, before its wait); prints cpu_share",
+    )
+    parser.add_argument(
+        "--cpu-per-ms",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="--cpu-ms: the loop's iterations per ms for every process (each still checks it);"
+        " default: each process calibrates its own",
+    )
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument(
         "--group",
@@ -367,8 +458,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--keep-log", action="store_true", help="keep the worker's log")
     args = parser.parse_args(argv)
-    if args.work_ms < 0 or args.processes < 1 or args.concurrency < 1:
-        parser.error("--work-ms must be >= 0, --processes and --concurrency >= 1")
+    negative = min(args.work_ms, args.cpu_ms, args.cpu_per_ms) < 0
+    if negative or args.processes < 1 or args.concurrency < 1:
+        parser.error("--work-ms, --cpu-ms and --cpu-per-ms must be >= 0, --processes and -c >= 1")
     if args.processes > 1 and args.backend == "memory" and not args.url:
         parser.error("memory:// runs its worker in this process: no --processes")
     header = f"# jobyard {args.backend}: jobs={args.jobs} concurrency={args.concurrency}"
@@ -378,12 +470,35 @@ def main(argv: list[str] | None = None) -> None:
         header += " pinned"
     if args.work_ms > 0 or args.use_async:
         header += f" work_ms={args.work_ms:g} handler={'async' if args.use_async else 'sync'}"
+    if args.call or args.cpu_ms > 0:
+        if not (args.work_ms > 0 or args.use_async):
+            header += f" handler={'async' if args.use_async else 'sync'}"
+        header += f" call={args.call or 'none'} cpu_ms={args.cpu_ms:g}"
     print(header, flush=True)
-    if args.url:
-        run(args, args.url)
-        return
-    with store(args.backend, args.shared_redis) as url:
-        run(args, url)
+    if args.cpu_per_ms > 0:
+        os.environ["BENCH_CPU_PER_MS"] = f"{args.cpu_per_ms:g}"  # the worker inherits it
+    if args.cpu_ms > 0:
+        from bench._calls import calibrate
+
+        per_ms, got = calibrate(args.cpu_ms)
+        how = "given" if args.cpu_per_ms > 0 else "each worker process calibrates its own"
+        print(
+            f"# cpu loop: {per_ms:,.0f} iterations per ms in this process; {args.cpu_ms:g} ms"
+            f" took {got:.3f} ms of CPU ({how})",
+            flush=True,
+        )
+    if args.call or args.cpu_ms > 0:
+        from bench._calls import describe
+
+        print(f"# handler: {describe(args.work_ms, args.call, args.cpu_ms, args.use_async)}")
+    with call_target(args.call) as call_url:
+        os.environ["BENCH_CALL_URL"] = call_url
+        os.environ["BENCH_CALL_POOL"] = str(args.concurrency)  # memory://: the worker is here
+        if args.url:
+            run(args, args.url)
+            return
+        with store(args.backend, args.shared_redis) as url:
+            run(args, url)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,22 @@ before it enqueued job ``i``. The no-op task sends nothing: drains are timed by 
 doing nothing, each runner with its library's closest equivalent of ``time.sleep`` in a sync
 handler (``asyncio.sleep`` in an async one). A runner says what it ran with ``Harness.handler``
 (a ``# handler:`` line), above all when its library cannot run the kind of handler asked for.
+
+``--call KIND`` / ``--cpu-ms MS`` (issue 18): the drained jobs first make one call on a client of
+the worker process's own, then hold the interpreter lock for MS ms, then wait ``--work-ms``: every
+runner's handlers run ``handle`` (sync) or ``ahandle`` (async) of ``bench/_calls.py``, the same
+bodies as jobyard's. What the call talks to (``_common.call_target``: a private redis-server, the
+local PostgreSQL, or ``bench/_httpd.py``) is started for this library's run by ``peers.py``
+(``--call-url``), or by the harness when the runner is run alone; its URL goes to the worker as
+``$BENCH_CALL_URL``, with ``$BENCH_CALL_POOL`` (the PostgreSQL pool's size: the worker's slots; a
+runner whose library has other slots sets it).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import os
 import random
 import socket
@@ -29,10 +40,20 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from bench._common import (  # noqa: E402  (the repository root is on the path only now)
+# the repository root is on the path only now; the "as" names are there for the runners
+from bench._calls import AsyncClients as AsyncClients  # noqa: E402
+from bench._calls import ahandle as ahandle  # noqa: E402
+from bench._calls import calibrate, describe  # noqa: E402
+from bench._calls import handle as handle  # noqa: E402
+from bench._common import (  # noqa: E402
+    CALLS,
     DrainClock,
+    call_target,
+    check_calls,
     emit,
+    emit_cpu_share,
     emit_latencies,
+    emit_per_slot,
     emit_slot_share,
     log,
     spawn,
@@ -66,6 +87,12 @@ class Harness:
         parser.add_argument("--concurrency", "-c", type=int, default=8)
         parser.add_argument("--work-ms", type=float, default=0.0, metavar="MS")
         parser.add_argument("--async", dest="use_async", action="store_true")
+        parser.add_argument("--call", choices=CALLS, default="")
+        parser.add_argument("--cpu-ms", type=float, default=0.0, metavar="MS")
+        parser.add_argument("--cpu-per-ms", type=float, default=0.0, metavar="N")
+        parser.add_argument(
+            "--call-url", default="", help="what --call talks to (default: started here)"
+        )
         parser.add_argument("--latency-samples", type=int, default=200)
         parser.add_argument("--batch", type=int, default=1000)
         parser.add_argument("--drain-timeout", type=float, default=120.0)
@@ -79,6 +106,8 @@ class Harness:
         self.batch: int = self.args.batch
         self.work_ms: float = self.args.work_ms
         self.use_async: bool = self.args.use_async
+        self.call: str = self.args.call
+        self.cpu_ms: float = self.args.cpu_ms
         os.environ["BENCH_URL"] = self.url
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
@@ -90,19 +119,59 @@ class Harness:
         header = f"# {lib}: jobs={self.n} concurrency={self.concurrency}"
         if self.working:
             header += f" work_ms={self.work_ms:g} handler={'async' if self.use_async else 'sync'}"
+        if self.call or self.cpu_ms > 0:
+            header += f" call={self.call or 'none'} cpu_ms={self.cpu_ms:g}"
         print(header, flush=True)
+        if self.args.cpu_per_ms > 0:  # the worker inherits it
+            os.environ["BENCH_CPU_PER_MS"] = f"{self.args.cpu_per_ms:g}"
+        if self.cpu_ms > 0:
+            per_ms, got = calibrate(self.cpu_ms)
+            how = "given" if self.args.cpu_per_ms > 0 else "each process calibrates its own"
+            print(
+                f"# cpu loop: {per_ms:,.0f} iterations per ms in the driver; {self.cpu_ms:g} ms"
+                f" took {got:.3f} ms of CPU ({how})",
+                flush=True,
+            )
+        # what the call talks to, for this library's run (peers.py starts it and hands it over,
+        # so that it outlives a runner it kills); else started here, stopped by stop_worker
+        self._resources = contextlib.ExitStack()
+        atexit.register(self._resources.close)
+        self.call_url: str = self.args.call_url
+        if self.call and not self.call_url:
+            self.call_url = self._resources.enter_context(call_target(self.call))
+        os.environ["BENCH_CALL_URL"] = self.call_url
+        os.environ["BENCH_CALL_POOL"] = str(self.concurrency)
 
     # the handler ---------------------------------------------------------------------------
 
     @property
     def working(self) -> bool:
         """True when the drained jobs are ``work``/``awork`` jobs rather than no-ops."""
-        return self.work_ms > 0 or self.use_async
+        return self.work_ms > 0 or self.use_async or bool(self.call) or self.cpu_ms > 0
 
     @property
     def seconds(self) -> float:
         """What each drained job waits, in seconds (the argument every ``work`` handler gets)."""
         return self.work_ms / 1000.0
+
+    @property
+    def work_args(self) -> tuple[float] | tuple[float, str, float]:
+        """The positional arguments of a ``work``/``awork`` job: ``(seconds,)``, or ``(seconds,
+        call, cpu_ms)`` with ``--call`` or ``--cpu-ms`` (so the plain wait's jobs are as before)."""
+        if self.call or self.cpu_ms > 0:
+            return (self.seconds, self.call, self.cpu_ms)
+        return (self.seconds,)
+
+    @property
+    def work_kwargs(self) -> dict[str, float | str]:
+        """The same as keyword arguments (SAQ, Procrastinate)."""
+        names = ("seconds", "call", "cpu_ms")
+        return dict(zip(names, self.work_args, strict=False))
+
+    def what(self, use_async: bool) -> str:
+        """The drained job's body in words (``_calls.describe``): ``use_async``, whether the
+        library runs the async handler."""
+        return describe(self.work_ms, self.call, self.cpu_ms, use_async)
 
     def handler(self, ran: str, cannot: str = "") -> None:
         """Say which handler the drain runs (``ran``); ``cannot``: why it is not the kind asked
@@ -181,11 +250,13 @@ class Harness:
         self.worker = spawn(cmd, env=full_env, cwd=HERE, log_path=self.log_path)
 
     def stop_worker(self) -> None:
+        """Stop the worker, then what its calls talked to."""
         if self.worker is not None:
             stop_process(self.worker, timeout=15)
             self.worker = None
         if not self.args.keep_log:
             self.log_path.unlink(missing_ok=True)
+        self._resources.close()
 
     # drain ---------------------------------------------------------------------------------
 
@@ -219,6 +290,11 @@ class Harness:
             text += ", TIMED OUT: partial rate"
         emit("drain", rate, "jobs/s", "; ".join(x for x in (text, note) if x))
         emit_slot_share(rate, slots or self.concurrency, self.work_ms)
+        if self.call and self.work_ms <= 0:
+            emit_per_slot(rate, slots or self.concurrency)
+        emit_cpu_share(rate, self.cpu_ms)
+        if self.call:
+            check_calls(self.call, self.call_url, clock.finished)
         if clock.timed_out:
             if purge is None:
                 raise RuntimeError(f"{self.lib}: the drain timed out and there is no purge")

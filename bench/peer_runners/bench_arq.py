@@ -5,17 +5,18 @@ No bulk enqueue API: n/a. ``--work-ms``: with ``--async``, ``awork`` awaits ``as
 arq runs only coroutine functions, so the sync handler is ``time.sleep`` through
 ``asyncio.to_thread`` (what arq's documentation advises for blocking code), on a default executor
 of ``max_jobs`` threads so that every job slot has a thread (asyncio's default is
-min(32, CPUs + 4))."""
+min(32, CPUs + 4)). ``--call`` / ``--cpu-ms``: ``awork`` runs ``_calls.ahandle`` (the worker's
+loop's async clients); ``work`` runs the whole sync body, ``_calls.handle``, in
+``asyncio.to_thread`` (its sync clients shared by those threads)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _harness import send_stamp
+from _harness import ahandle, handle, send_stamp
 from arq.connections import RedisSettings
 
 MAX_JOBS = int(os.environ.get("BENCH_CONCURRENCY", "8"))
@@ -25,12 +26,12 @@ async def noop(ctx: dict[str, Any]) -> None:
     pass
 
 
-async def work(ctx: dict[str, Any], seconds: float) -> None:
-    await asyncio.to_thread(time.sleep, seconds)
+async def work(ctx: dict[str, Any], seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    await asyncio.to_thread(handle, seconds, call, cpu_ms)
 
 
-async def awork(ctx: dict[str, Any], seconds: float) -> None:
-    await asyncio.sleep(seconds)
+async def awork(ctx: dict[str, Any], seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    await ahandle(seconds, call, cpu_ms)
 
 
 async def stamp(ctx: dict[str, Any], i: int) -> None:
@@ -59,12 +60,12 @@ def main() -> None:
     h = Harness("arq")
     name, job_args = "noop", ()
     if h.use_async:
-        name, job_args = "awork", (h.seconds,)
-        h.handler(f"asyncio.sleep({h.work_ms:g} ms)")
+        name, job_args = "awork", h.work_args
+        h.handler(h.what(True))
     elif h.working:
-        name, job_args = "work", (h.seconds,)
+        name, job_args = "work", h.work_args
         h.handler(
-            f"time.sleep({h.work_ms:g} ms) in asyncio.to_thread, {h.concurrency} threads",
+            f"{h.what(False)} in asyncio.to_thread, {h.concurrency} threads",
             "arq runs only async functions",
         )
     loop = asyncio.new_event_loop()

@@ -3,14 +3,15 @@
 ``task_acks_late``: a message is acknowledged after its task ran, as jobyard does; no result
 backend (results ignored, Celery's default). No bulk enqueue API (``group`` publishes one message
 per task): n/a. ``--work-ms``: ``work`` sleeps in ``time.sleep``; Celery runs no ``async def``
-task, so ``--async`` runs that same sync task (and says so)."""
+task, so ``--async`` runs that same sync task (and says so). ``--call`` / ``--cpu-ms``: ``work``
+runs ``_calls.handle``, its clients shared by the pool's threads (with ``--variant prefork``, made
+in each child process)."""
 
 from __future__ import annotations
 
 import os
-import time
 
-from _harness import send_stamp
+from _harness import handle, send_stamp
 from celery import Celery
 
 # never a default store: the driver sets $BENCH_URL before this module is imported
@@ -30,8 +31,8 @@ def noop() -> None:
 
 
 @app.task(name="work")
-def work(seconds: float) -> None:
-    time.sleep(seconds)
+def work(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    handle(seconds, call, cpu_ms)
 
 
 @app.task(name="stamp")
@@ -50,8 +51,8 @@ def main() -> None:
     pool = ["--pool", "prefork"] if h.args.variant == "prefork" else ["--pool", "threads"]
     job, job_args = tasks.noop, ()
     if h.working:
-        job, job_args = tasks.work, (h.seconds,)
-        ran = f"time.sleep({h.work_ms:g} ms) in a sync task (pool {pool[1]})"
+        job, job_args = tasks.work, h.work_args
+        ran = f"{h.what(False)} in a sync task (pool {pool[1]})"
         h.handler(ran, "Celery runs no async def task" if h.use_async else "")
     tasks.noop.delay()  # open the producer connection before timing
     redis.delete("bench")

@@ -4,16 +4,16 @@ enqueue API (``group`` sends one message per actor call): n/a. An idle consumer 
 with a growing back-off (Dramatiq's design), which is what its idle latency shows.
 ``--work-ms``: ``work`` sleeps in ``time.sleep``; with ``--async``, ``awork`` is an ``async def``
 actor awaiting ``asyncio.sleep`` on the event loop thread of Dramatiq's ``AsyncIO`` middleware
-(added to the worker's broker then), each of the 8 worker threads waiting for its coroutine."""
+(added to the worker's broker then), each of the 8 worker threads waiting for its coroutine.
+``--call`` / ``--cpu-ms``: ``work`` runs ``_calls.handle`` (its clients shared by the worker
+threads), ``awork`` ``_calls.ahandle`` (its clients those of the middleware's event loop)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 
 import dramatiq
-from _harness import send_stamp
+from _harness import ahandle, handle, send_stamp
 from dramatiq.brokers.redis import RedisBroker
 
 # never a default store: the driver sets $BENCH_URL before this module is imported
@@ -31,13 +31,13 @@ def noop() -> None:
 
 
 @dramatiq.actor(queue_name="bench")
-def work(seconds: float) -> None:
-    time.sleep(seconds)
+def work(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    handle(seconds, call, cpu_ms)
 
 
 @dramatiq.actor(queue_name="bench")
-async def awork(seconds: float) -> None:
-    await asyncio.sleep(seconds)
+async def awork(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    await ahandle(seconds, call, cpu_ms)
 
 
 @dramatiq.actor(queue_name="bench")
@@ -55,11 +55,11 @@ def main() -> None:
     redis = Redis.from_url(h.url)
     job, job_args = tasks.noop, ()
     if h.working:
-        job, job_args = (tasks.awork if h.use_async else tasks.work), (h.seconds,)
+        job, job_args = (tasks.awork if h.use_async else tasks.work), h.work_args
         if h.use_async:
-            h.handler(f"asyncio.sleep({h.work_ms:g} ms) in an async actor (AsyncIO middleware)")
+            h.handler(f"{h.what(True)} in an async actor (AsyncIO middleware)")
         else:
-            h.handler(f"time.sleep({h.work_ms:g} ms) in a sync actor")
+            h.handler(f"{h.what(False)} in a sync actor")
     h.enqueue(lambda: job.send(*job_args))
     h.enqueue_many(None, "no bulk API (group sends one message per call)")
     for _ in range(h.n):

@@ -5,14 +5,14 @@ nothing: at most once). No bulk enqueue API (``Task.map`` enqueues one by one): 
 ``--work-ms``: ``work`` sleeps in ``time.sleep``; Huey runs no ``async def`` task, so ``--async``
 runs that same sync task (and says so). The drain counts a job done when it has left the queue
 (Huey keeps no count of running jobs), so the last 8 may still be running at the end: an error of
-8 jobs in 2N."""
+8 jobs in 2N. ``--call`` / ``--cpu-ms``: ``work`` runs ``_calls.handle``, its clients shared by
+the consumer's worker threads."""
 
 from __future__ import annotations
 
 import os
-import time
 
-from _harness import send_stamp
+from _harness import handle, send_stamp
 from huey import RedisHuey
 
 # never a default store: the driver sets $BENCH_URL before the worker imports this
@@ -25,8 +25,8 @@ def noop() -> None:
 
 
 @huey.task()
-def work(seconds: float) -> None:
-    time.sleep(seconds)
+def work(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    handle(seconds, call, cpu_ms)
 
 
 @huey.task()
@@ -42,8 +42,8 @@ def main() -> None:
 
     job, job_args = tasks.noop, ()
     if h.working:
-        job, job_args = tasks.work, (h.seconds,)
-        ran = f"time.sleep({h.work_ms:g} ms) in a sync task (thread workers)"
+        job, job_args = tasks.work, h.work_args
+        ran = f"{h.what(False)} in a sync task (thread workers)"
         h.handler(ran, "Huey runs no async def task" if h.use_async else "")
     h.enqueue(lambda: job(*job_args))
     h.enqueue_many(None, "no bulk API (Task.map enqueues one by one)")

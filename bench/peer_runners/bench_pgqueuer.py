@@ -8,7 +8,10 @@ table). Bulk API: ``Queries.enqueue`` with lists.
 refuses sync entrypoints, so the sync handler is ``time.sleep`` through ``asyncio.to_thread`` (what
 its error message advises), on a default executor with one thread per task. With ``--work-ms`` the
 batch size is ``--concurrency // 2``, so that ``max_concurrent_tasks`` (>= 2 x batch) equals the
-concurrency the other libraries get: with handlers that wait, slots are what is compared."""
+concurrency the other libraries get: with handlers that wait, slots are what is compared.
+``--call`` / ``--cpu-ms``: ``awork`` runs ``_calls.ahandle`` (the worker's loop's async clients);
+``work`` runs the whole sync body, ``_calls.handle``, in ``asyncio.to_thread``. The payload is
+``seconds``, or ``seconds call cpu_ms`` separated by spaces."""
 
 from __future__ import annotations
 
@@ -16,11 +19,24 @@ import asyncio
 import contextlib
 import os
 import sys
-import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
-from _harness import send_stamp
+from _harness import ahandle, handle, send_stamp
+
+
+def work_args(payload: bytes | None) -> tuple[float, str, float]:
+    """A work job's payload, ``b"seconds"`` or ``b"seconds call cpu_ms"`` (call ``-``: none), as
+    ``handle``'s arguments."""
+    parts = (payload or b"0").decode().split()
+    if len(parts) == 1:
+        return float(parts[0]), "", 0.0
+    return float(parts[0]), parts[1].strip("-"), float(parts[2])
+
+
+def payload_of(args: tuple[float] | tuple[float, str, float]) -> bytes:
+    """The payload of a work job with ``Harness.work_args``: the plain wait's as before."""
+    return " ".join(repr(a) if isinstance(a, float) else a or "-" for a in args).encode()
 
 
 @contextlib.asynccontextmanager
@@ -42,11 +58,11 @@ async def create() -> AsyncIterator[object]:
 
     @pgq.entrypoint("work")
     async def work(job: Job) -> None:
-        await asyncio.to_thread(time.sleep, float(job.payload or b"0"))
+        await asyncio.to_thread(handle, *work_args(job.payload))
 
     @pgq.entrypoint("awork")
     async def awork(job: Job) -> None:
-        await asyncio.sleep(float(job.payload or b"0"))
+        await ahandle(*work_args(job.payload))
 
     @pgq.entrypoint("stamp")
     async def stamp(job: Job) -> None:
@@ -91,12 +107,12 @@ def main() -> None:
     h = Harness("pgqueuer")
     name, payload = "noop", None
     if h.use_async:
-        name, payload = "awork", repr(h.seconds).encode()
-        h.handler(f"asyncio.sleep({h.work_ms:g} ms)")
+        name, payload = "awork", payload_of(h.work_args)
+        h.handler(h.what(True))
     elif h.working:
-        name, payload = "work", repr(h.seconds).encode()
+        name, payload = "work", payload_of(h.work_args)
         h.handler(
-            f"time.sleep({h.work_ms:g} ms) in asyncio.to_thread, one thread per task",
+            f"{h.what(False)} in asyncio.to_thread, one thread per task",
             "PgQueuer runs only async entrypoints",
         )
     loop = asyncio.new_event_loop()
@@ -114,9 +130,14 @@ def main() -> None:
     total = 2 * h.n
     batch = batch_size(h.args.variant, h.concurrency, h.working)
     conn = psycopg.connect(h.url, autocommit=True)
+    tasks = max(h.concurrency, 2 * batch)
     h.start_worker(
         [sys.executable, __file__, "--worker"],
-        env={"BENCH_CONCURRENCY": str(h.concurrency), "BENCH_BATCH": str(batch)},
+        env={
+            "BENCH_CONCURRENCY": str(h.concurrency),
+            "BENCH_BATCH": str(batch),
+            "BENCH_CALL_POOL": str(tasks),
+        },
     )
 
     def poll() -> tuple[int, int]:
@@ -127,7 +148,6 @@ def main() -> None:
         return total - rows.get("queued", 0), total - left
 
     try:
-        tasks = max(h.concurrency, 2 * batch)
         h.drain(
             total,
             poll,

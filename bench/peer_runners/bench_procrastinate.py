@@ -5,17 +5,18 @@ finish). Async tasks and the async API (Procrastinate's native side). Bulk API:
 ``asyncio.sleep``; else ``work`` is a sync task sleeping in ``time.sleep``, which Procrastinate runs
 in the event loop's default executor: the worker is then started by ``app.run_worker_async``
 (what the CLI runs) on a loop whose default executor has ``--concurrency`` threads, so that every
-slot has one (asyncio's default is min(32, CPUs + 4))."""
+slot has one (asyncio's default is min(32, CPUs + 4)). ``--call`` / ``--cpu-ms``: ``work`` runs
+``_calls.handle`` in that executor, ``awork`` ``_calls.ahandle`` (the worker's loop's async
+clients)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-import time
 
 import procrastinate
-from _harness import send_stamp
+from _harness import ahandle, handle, send_stamp
 
 # never a default store: the driver sets $BENCH_URL before the worker imports this
 app = procrastinate.App(
@@ -31,13 +32,13 @@ async def noop() -> None:
 
 
 @app.task(name="work", queue="bench")
-def work(seconds: float) -> None:
-    time.sleep(seconds)
+def work(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    handle(seconds, call, cpu_ms)
 
 
 @app.task(name="awork", queue="bench")
-async def awork(seconds: float) -> None:
-    await asyncio.sleep(seconds)
+async def awork(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    await ahandle(seconds, call, cpu_ms)
 
 
 @app.task(name="stamp", queue="bench")
@@ -71,14 +72,11 @@ def main() -> None:
 
     job, job_kwargs = tasks.noop, {}
     if h.use_async:
-        job, job_kwargs = tasks.awork, {"seconds": h.seconds}
-        h.handler(f"asyncio.sleep({h.work_ms:g} ms) in an async task")
+        job, job_kwargs = tasks.awork, h.work_kwargs
+        h.handler(f"{h.what(True)} in an async task")
     elif h.working:
-        job, job_kwargs = tasks.work, {"seconds": h.seconds}
-        h.handler(
-            f"time.sleep({h.work_ms:g} ms) in a sync task, default executor of "
-            f"{h.concurrency} threads"
-        )
+        job, job_kwargs = tasks.work, h.work_kwargs
+        h.handler(f"{h.what(False)} in a sync task, default executor of {h.concurrency} threads")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     loop.run_until_complete(tasks.app.open_async())

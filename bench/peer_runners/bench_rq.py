@@ -2,26 +2,29 @@
 uses ``rq.worker.SimpleWorker`` (no fork per job), the default ``rq.Worker`` forks a work horse for
 every job. Bulk API: ``Queue.enqueue_many``. ``--work-ms``: ``work`` sleeps in ``time.sleep``;
 with ``--async``, ``awork`` awaits ``asyncio.sleep`` (RQ runs a coroutine function's job with
-``asyncio.run``, still one job at a time): one slot either way."""
+``asyncio.run``, still one job at a time): one slot either way. ``--call`` / ``--cpu-ms``: both
+run ``_calls.handle`` / ``ahandle`` with a PostgreSQL pool of one connection (one slot); the
+forking worker runs each job in a fresh work horse, so its sync clients are made for each job
+(and the CPU loop calibrated in each, about 16 ms: RQ imports the job's module there); every
+async job runs in an ``asyncio.run`` of its own, so its async clients live for that job."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-from _harness import send_stamp
+from _harness import AsyncClients, ahandle, handle, send_stamp
 
 
 def noop() -> None:
     pass
 
 
-def work(seconds: float) -> None:
-    time.sleep(seconds)
+def work(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    handle(seconds, call, cpu_ms)
 
 
-async def awork(seconds: float) -> None:
-    await asyncio.sleep(seconds)
+async def awork(seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    # asyncio.run per job: clients made on another job's loop cannot serve this one
+    async with AsyncClients() as clients:
+        await ahandle(seconds, call, cpu_ms, clients)
 
 
 def stamp(i: int) -> None:
@@ -40,10 +43,13 @@ def main() -> None:
     redis = Redis.from_url(h.url)
     q = Queue("bench", connection=redis)
     if h.working:
-        job, job_args = (tasks.awork if h.use_async else tasks.work), (h.seconds,)
+        job, job_args = (tasks.awork if h.use_async else tasks.work), h.work_args
         how = "asyncio.run, one job at a time" if h.use_async else "one job at a time"
-        call = "asyncio.sleep" if h.use_async else "time.sleep"
-        h.handler(f"{call}({h.work_ms:g} ms) ({how})")
+        if h.call and h.args.variant != "simple":
+            how += ", clients made in each job's work horse"
+        elif h.call and h.use_async:
+            how += ", async clients made for each job"
+        h.handler(f"{h.what(h.use_async)} ({how})")
     else:
         job, job_args = tasks.noop, ()
     h.enqueue(lambda: q.enqueue(job, *job_args))
@@ -56,7 +62,10 @@ def main() -> None:
     finished_reg = FinishedJobRegistry(queue=q)
     failed_reg = FailedJobRegistry(queue=q)
     worker_class = "rq.worker.SimpleWorker" if h.args.variant == "simple" else "rq.Worker"
-    h.start_worker(["rq", "worker", "--url", h.url, "--worker-class", worker_class, "-q", "bench"])
+    h.start_worker(
+        ["rq", "worker", "--url", h.url, "--worker-class", worker_class, "-q", "bench"],
+        env={"BENCH_CALL_POOL": "1"},  # one job at a time
+    )
 
     def poll() -> tuple[int, int]:
         pending = q.count

@@ -3,17 +3,18 @@ other defaults (an idle worker blocks on BLMOVE, so pick-up is pushed). No bulk 
 (``Queue.map`` enqueues one by one and waits for the results): n/a. ``--work-ms``: ``work`` is a
 sync function sleeping in ``time.sleep``, which SAQ runs in its worker's thread pool (resized at
 start-up to ``concurrency`` threads so that every slot has one; SAQ's default pool has
-min(32, CPUs + 4)); with ``--async``, ``awork`` awaits ``asyncio.sleep``."""
+min(32, CPUs + 4)); with ``--async``, ``awork`` awaits ``asyncio.sleep``. ``--call`` /
+``--cpu-ms``: ``work`` runs ``_calls.handle`` in that pool, ``awork`` ``_calls.ahandle`` (the
+worker's loop's async clients)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _harness import send_stamp
+from _harness import ahandle, handle, send_stamp
 from saq import Queue
 
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "8"))
@@ -26,12 +27,14 @@ async def noop(ctx: dict[str, Any]) -> None:
     pass
 
 
-def work(ctx: dict[str, Any], *, seconds: float) -> None:
-    time.sleep(seconds)
+def work(ctx: dict[str, Any], *, seconds: float, call: str = "", cpu_ms: float = 0.0) -> None:
+    handle(seconds, call, cpu_ms)
 
 
-async def awork(ctx: dict[str, Any], *, seconds: float) -> None:
-    await asyncio.sleep(seconds)
+async def awork(
+    ctx: dict[str, Any], *, seconds: float, call: str = "", cpu_ms: float = 0.0
+) -> None:
+    await ahandle(seconds, call, cpu_ms)
 
 
 async def stamp(ctx: dict[str, Any], *, i: int) -> None:
@@ -57,13 +60,13 @@ def main() -> None:
 
     h = Harness("saq")
     name: str = "noop"
-    job_kwargs: dict[str, float] = {}
+    job_kwargs: dict[str, float | str] = {}
     if h.working:
-        name, job_kwargs = ("awork" if h.use_async else "work"), {"seconds": h.seconds}
+        name, job_kwargs = ("awork" if h.use_async else "work"), h.work_kwargs
         if h.use_async:
-            h.handler(f"asyncio.sleep({h.work_ms:g} ms)")
+            h.handler(h.what(True))
         else:
-            h.handler(f"time.sleep({h.work_ms:g} ms) in SAQ's pool, {h.concurrency} threads")
+            h.handler(f"{h.what(False)} in SAQ's pool, {h.concurrency} threads")
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     q = Queue.from_url(h.url, name="bench")
