@@ -160,6 +160,35 @@ def test_async_handlers_run_as_tasks_with_a_default_concurrency_of_100(
             h.result(timeout=20)
 
 
+def test_async_handlers_never_run_more_at_once_than_the_concurrency(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    # given short async jobs, so the worker buffers jobs beyond its slots
+    app = make_app()
+    lock = threading.Lock()
+    now = [0]
+    peak = [0]
+
+    @app.job
+    async def quick() -> None:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        await asyncio.sleep(0.005)
+        with lock:
+            now[0] -= 1
+
+    handles = quick.enqueue_many([((), {}) for _ in range(300)])
+    # when a worker with 3 slots and a deep fixed buffer drains them
+    with running_worker(app, concurrency=3, prefetch=30) as worker:
+        for h in handles:
+            h.result(timeout=30)
+        claimed = worker.claimed
+    # then the buffer was used, yet no more than 3 handlers ever ran at once
+    assert claimed >= 300
+    assert 1 <= peak[0] <= 3, peak[0]
+
+
 def test_an_idle_worker_runs_the_job_on_the_thread_that_claimed_it(
     make_app: Callable[..., jobyard.App],
 ) -> None:

@@ -137,6 +137,9 @@ class Worker:
         self._tasks: queue.SimpleQueue[Running | IdleClaim | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        # At most ``concurrency`` async handlers run at once: the buffer's jobs are tasks too,
+        # and wait here (unstarted, so still handed back) for a slot. Made on the loop.
+        self._async_slots: asyncio.Semaphore | None = None
         self.pipeline = executor.Pipeline(self.backend, registry, hooks or Hooks(), self.id)
         self.producer = Producer(
             self.backend,
@@ -402,10 +405,17 @@ class Worker:
     def _start_tasks(self, runs: list[Running]) -> None:
         """On the event loop: one task per async job, no thread each."""
         assert self._loop is not None
+        if self._async_slots is None:
+            self._async_slots = asyncio.Semaphore(self.concurrency)
         for run in runs:
             run.task = self._loop.create_task(self._execute_async(run))
 
     async def _execute_async(self, run: Running) -> None:
+        assert self._async_slots is not None
+        async with self._async_slots:
+            await self._execute_async_in_slot(run)
+
+    async def _execute_async_in_slot(self, run: Running) -> None:
         seconds = None
         try:
             if not self._begin(run, timed=False):  # asyncio.timeout enforces the job's timeout
