@@ -363,18 +363,6 @@ def _enqueue_problems(
     return problems
 
 
-def store_retention(backend: Any) -> float | None:
-    """Seconds the store keeps a completed job unless its queue says otherwise (Redis: the
-    URL's ``result_ttl``); None: until purged."""
-    try:
-        from .backends.redis.backend import RedisBackend
-    except ImportError:  # redis-py is an extra: then this is no Redis store
-        return None
-    if isinstance(backend, RedisBackend) and backend.settings.result_ttl > 0:
-        return float(backend.settings.result_ttl)
-    return None
-
-
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
@@ -385,8 +373,9 @@ def status(app_ref: str, as_json: bool) -> None:
     configs = {c.name: c for c in app.queues()}
     names = sorted(set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()})
     workers = sorted(app.workers(), key=lambda w: w.id)
-    default_retention = store_retention(app.backend)
-    warnings = list(getattr(app.backend, "server_warnings", list)())
+    info = app.store_info()
+    default_retention = info.retention
+    warnings = list(info.warnings)
     if as_json:
         data = {
             "store": mask_url(app.url),

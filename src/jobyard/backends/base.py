@@ -26,6 +26,7 @@ from ..errors import ConfigurationError
 
 Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
+StoreKind = Literal["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 OutcomeKind = Literal["completed", "retry", "failed", "release", "cancelled"]
 
 # ``waiting``: a workflow step whose inputs (``NewJob.after``) have not all completed yet; the
@@ -145,6 +146,22 @@ class QueueStats:
     queue: str
     counts: dict[str, int]  # status -> jobs
     completed_last_minute: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What a store tells about itself rather than about a job (:meth:`Backend.store_info`):
+    what ``jobyard status`` and the dashboard show beside the queues."""
+
+    kind: StoreKind
+    # Seconds the store keeps a completed job after it finished when its queue sets no
+    # ``retention`` (Redis: the URL's ``result_ttl``); None: until purged.
+    retention: float | None = None
+    # The same for failed and cancelled jobs (Redis: the URL's ``failed_ttl``); None: until
+    # purged (the dead letter).
+    failed_retention: float | None = None
+    # What an operator should know about the server, one line each (PostgreSQL: autovacuum off).
+    warnings: tuple[str, ...] = ()
 
 
 # --- parameter objects -----------------------------------------------------------------------
@@ -656,6 +673,11 @@ class Backend(Protocol):
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
         """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
         action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+        ...
+
+    def store_info(self) -> StoreInfo:
+        """The store's kind, its own retention of finished jobs and its server's warnings (see
+        :class:`StoreInfo`): one cheap read at most, never of the jobs."""
         ...
 
     # time and recurring jobs

@@ -48,6 +48,7 @@ from .base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -527,6 +528,10 @@ class MemoryBackend:
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
         """Nothing to tidy: a dict holds no dead rows."""
         return []
+
+    def store_info(self) -> StoreInfo:
+        """Finished jobs are kept until purged; no server to warn about."""
+        return StoreInfo("memory")
 
     def clock_now(self) -> float:
         """The frozen clock's now, else the host's."""

@@ -81,6 +81,7 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -804,6 +805,10 @@ class RedisBackend:
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
         return _admin.stats_get(self.core, params)
+
+    def store_info(self) -> StoreInfo:
+        """Node or Cluster, and the retention of the URL's ``result_ttl`` and ``failed_ttl``."""
+        return _admin.store_info(self.core)
 
     # time and recurring jobs --------------------------------------------------------------------
 

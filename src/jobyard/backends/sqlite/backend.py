@@ -71,6 +71,7 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -667,6 +668,10 @@ class SQLiteBackend:
         """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
         pages of deleted rows itself."""
         return []
+
+    def store_info(self) -> StoreInfo:
+        """Finished jobs are kept until purged; nothing about the file to warn of."""
+        return StoreInfo("sqlite")
 
     def clock_now(self) -> float:
         """The frozen clock's instant, else SQLite's clock, in epoch seconds."""
