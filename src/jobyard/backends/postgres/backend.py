@@ -32,9 +32,9 @@ from psycopg import pq
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
-from .. import mask_url
 from .._stored import parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,

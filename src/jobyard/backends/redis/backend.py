@@ -47,9 +47,9 @@ from typing import Any, cast
 
 from redis.exceptions import NoScriptError
 
+from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound, QueueFull
-from .. import mask_url
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
