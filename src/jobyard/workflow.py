@@ -12,13 +12,13 @@ a group the list of what its members pass, in member order.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
+from ._codec import CorruptPayload, decode_payload, encode_step
 from .backends.base import NewJob
 from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound
 from .job import Job, JobFunction, JobHandle, Status
@@ -150,9 +150,7 @@ class _Batch:
         fed_args = sig.args if takes is None else (None, *sig.args)
         fn.check_call(fed_args, sig.kwargs)
         new = opts.new_job(sig.args, sig.kwargs)
-        extra = {"at": at} if feed is None else {"at": at, "feed": feed}
-        # The payload object gains the step's place and feed beside its args and kwargs.
-        payload = new.payload[:-1] + "," + json.dumps(extra, separators=(",", ":"))[1:]
+        payload = encode_step(new.payload, at, feed)
         self.jobs.append(
             replace(new, payload=payload, workflow_id=self.workflow_id, after=tuple(after))
         )
@@ -310,12 +308,11 @@ def _index(part: str) -> int:
 
 
 def place_of(payload: str) -> str | None:
-    """A workflow job's place ("c0/g1") from its stored payload, or None."""
+    """A workflow job's place ("c0/g1") from its stored payload, or None (a corrupt one)."""
     try:
-        at = json.loads(payload).get("at")
-    except (ValueError, AttributeError):
+        return decode_payload(payload).at
+    except CorruptPayload:
         return None
-    return at if isinstance(at, str) else None
 
 
 class WorkflowReader(Protocol):

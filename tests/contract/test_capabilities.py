@@ -12,7 +12,16 @@ import pytest
 
 import jobyard
 from jobyard import testing
-from jobyard.backends.base import Backend, ForeignQueueBackend, StoreInfo, TransactionalBackend
+from jobyard.backends.base import (
+    Backend,
+    ForeignQueueBackend,
+    JobsAckParams,
+    JobsInsertParams,
+    NewJob,
+    Outcome,
+    StoreInfo,
+    TransactionalBackend,
+)
 
 TRANSACTIONAL = {"postgres"}
 FOREIGN_QUEUES = {"redis", "redis_cluster"}
@@ -51,6 +60,32 @@ def test_a_caller_connection_is_refused_without_transactions(
         asyncio.run(noop.options(connection=object()).enqueue_async())
     assert str(refused_async.value) == str(refused.value)
     assert app.jobs() == []
+
+
+def test_a_store_handed_a_connection_past_the_core_refuses_it_alike(
+    store: tuple[str, str], make_app: Callable[..., jobyard.App]
+) -> None:
+    if store[0] in TRANSACTIONAL:
+        pytest.skip("this store takes part in the caller's transaction")
+    app = make_app()
+    backend = app.backend
+    new = NewJob(name="noop", queue="default", payload='{"args":[],"kwargs":{}}')
+
+    # when: a caller hands the store itself a connection, past the core's refusal
+    with pytest.raises(jobyard.ConfigurationError) as insert:
+        backend.jobs_insert(JobsInsertParams([new], connection=object()))
+    (job,) = backend.jobs_insert(JobsInsertParams([new]))
+    with pytest.raises(jobyard.ConfigurationError) as ack:
+        backend.jobs_ack(JobsAckParams([Outcome(job.id, "t", "completed")], connection=object()))
+
+    # then: the one refusal of base.py, the same on every store, and nothing written
+    needs = (
+        "a caller's connection (connection=...) needs a store that takes part in the caller's "
+        f"transaction (PostgreSQL); {backend.url} is not one"
+    )
+    assert str(insert.value) == str(ack.value) == needs
+    assert [j.id for j in app.jobs()] == [job.id]
+    assert app.get(job.id).status == "pending"
 
 
 def test_a_handler_connection_is_refused_without_transactions(

@@ -49,6 +49,7 @@ LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing 
 AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
 # A running job someone asked to cancel whose worker stopped renewing: cancelled, not run again.
 CANCEL_LOST_ERROR = "cancelled on request: the worker running it stopped renewing its lease"
+MAX_IDEMPOTENCY_KEY = 200  # characters of an idempotency key (checked by JobOptions)
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
 
@@ -771,6 +772,14 @@ def as_transactional(backend: Backend, feature: str) -> TransactionalBackend:
     raise _lacks(
         backend, feature, "a store that takes part in the caller's transaction (PostgreSQL)"
     )
+
+
+def refuse_connection(backend: Backend, params: JobsInsertParams | JobsAckParams) -> None:
+    """The guard of a store that cannot join a caller's transaction, for a caller that reached
+    it past the core (which refuses a ``connection`` first, through :func:`as_transactional`):
+    the same one ConfigurationError, rather than writing outside the caller's transaction."""
+    if params.connection is not None:
+        as_transactional(backend, "a caller's connection (connection=...)")
 
 
 def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:

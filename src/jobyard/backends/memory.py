@@ -52,6 +52,7 @@ from .base import (
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    refuse_connection,
 )
 
 
@@ -110,10 +111,7 @@ class MemoryBackend:
 
     def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
         """Insert all or nothing, deduplicating by idempotency key."""
-        if params.connection is not None:
-            from ..errors import ConfigurationError
-
-            raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
+        refuse_connection(self, params)
         with self._lock:
             now = self._now()
             out: list[Inserted] = []
@@ -372,10 +370,7 @@ class MemoryBackend:
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply each outcome whose token still matches; return the stale ids."""
-        if params.connection is not None:
-            from ..errors import ConfigurationError
-
-            raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
+        refuse_connection(self, params)
         stale: list[str] = []
         with self._lock:
             now = self._now()

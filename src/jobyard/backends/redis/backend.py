@@ -85,6 +85,7 @@ from ..base import (
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    refuse_connection,
 )
 from . import _admin, _schedules, consumers
 from ._connection import TRANSIENT
@@ -239,8 +240,7 @@ class RedisBackend:
         script: on one node the script resolves the batch positions to ids itself; on Cluster
         the numbers are reserved first, so the ids of both ends of every link are known here.
         """
-        if params.connection is not None:
-            raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
+        refuse_connection(self, params)
         jobs = list(params.jobs)
         if not jobs:
             return []
@@ -633,8 +633,7 @@ class RedisBackend:
 
     def _ack(self, params: JobsAckParams) -> tuple[list[str], list[tuple[str, list[Any]]]]:
         """The ack script alone: the refused ids and the notes left to settle (Cluster)."""
-        if params.connection is not None:
-            raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
+        refuse_connection(self, params)
         outcomes = list(params.outcomes)
         if not outcomes:
             return [], []

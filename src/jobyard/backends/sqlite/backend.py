@@ -30,7 +30,6 @@ from collections.abc import Iterator, Sequence
 
 from ...clock import Clock
 from ...errors import (
-    ConfigurationError,
     DuplicateJob,
     InvalidTransition,
     JobNotFound,
@@ -75,6 +74,7 @@ from ..base import (
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    refuse_connection,
 )
 from . import _rows
 from ._connection import Connections, parse_url, read, write
@@ -190,10 +190,7 @@ class SQLiteBackend:
 
     def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
         """Insert a batch in one write transaction; all or nothing."""
-        if params.connection is not None:
-            raise ConfigurationError(
-                "a transactional enqueue (connection=...) needs the PostgreSQL backend"
-            )
+        refuse_connection(self, params)
         if not params.jobs:
             return []
         with self._writing() as conn:
@@ -406,10 +403,7 @@ class SQLiteBackend:
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply a batch of outcomes in one transaction; the ids whose token was stale."""
-        if params.connection is not None:
-            raise ConfigurationError(
-                "a transactional ack (connection=...) needs the PostgreSQL backend"
-            )
+        refuse_connection(self, params)
         for outcome in params.outcomes:
             if outcome.kind not in _ACK_QUERIES:
                 raise ValueError(f"unknown outcome kind {outcome.kind!r} for job {outcome.id}")
