@@ -10,9 +10,9 @@ import inspect
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._codec import CorruptPayload, decode_payload, decode_result, encode_payload
 from ._enqueue import Enqueue
@@ -31,9 +31,6 @@ from .backends.base import (
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
-
-if TYPE_CHECKING:
-    from .workflow import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -352,8 +349,6 @@ class JobFunction(Generic[P, R]):
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature: this call, not enqueued yet, to compose with ``jobyard.chain`` and
         ``jobyard.group`` (in a chain, the previous result comes first, before ``args``)."""
-        from .workflow import Signature
-
         return Signature(self, args, kwargs)
 
     def options(
@@ -432,3 +427,23 @@ class JobFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A job not yet enqueued: ``fn.s(*args, **kwargs)``, options via ``fn.options(...).s()``.
+    ``jobyard.chain`` and ``jobyard.group`` compose signatures (``jobyard.workflow``, which
+    depends on this module, never the other way round).
+
+    In a chain it receives the previous node's result as an extra first argument."""
+
+    fn: JobFunction[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def enqueue(self) -> JobHandle:
+        """Enqueue it alone, as a plain job."""
+        return self.fn.enqueue(*self.args, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"{self.fn.name}.s(*{self.args!r}, **{self.kwargs!r})"

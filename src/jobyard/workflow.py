@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 from ._codec import CorruptPayload, decode_payload, encode_step
 from .backends.base import NewJob
 from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound
-from .job import Job, JobFunction, JobHandle, Status
+from .job import Job, JobHandle, Signature, Status
 
 if TYPE_CHECKING:
     from ._enqueue import Enqueue
@@ -30,25 +30,7 @@ if TYPE_CHECKING:
 # result), or a list of such shapes (a group's results, nested as the groups nest).
 MAX_WORKFLOW = 100_000  # jobs in one workflow: one insert, one listing
 Feed: TypeAlias = int | list["Feed"]
-Node: TypeAlias = Union["Signature", "Chain", "Group"]
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A job not yet enqueued: ``fn.s(*args, **kwargs)``, options via ``fn.options(...).s()``.
-
-    In a chain it receives the previous node's result as an extra first argument."""
-
-    fn: JobFunction[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def enqueue(self) -> JobHandle:
-        """Enqueue it alone, as a plain job."""
-        return self.fn.enqueue(*self.args, **self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"{self.fn.name}.s(*{self.args!r}, **{self.kwargs!r})"
+Node: TypeAlias = Union[Signature, "Chain", "Group"]
 
 
 @dataclass(frozen=True)

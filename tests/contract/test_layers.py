@@ -96,6 +96,40 @@ def test_the_stores_import_only_the_boundary(path: Path) -> None:
     assert not {m for m in imported(path) if not _within(m, allowed)}
 
 
+def test_workflows_depend_on_jobs_never_the_other_way() -> None:
+    # workflow.py composes the signatures of job.py (JobFunction.s); job.py knows no workflow,
+    # not even through a lazy import.
+    assert "jobyard.job" in imported(SRC / "workflow.py")
+    assert not {m for m in imported(SRC / "job.py") if _within(m, ("jobyard.workflow",))}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(("jobyard", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
+def test_no_two_modules_import_each_other() -> None:
+    names = {_module_name(p): p for p in modules("**/*.py")}
+
+    def deps(name: str) -> set[str]:
+        out = set()
+        for m in imported(names[name]):
+            while m and m not in names:  # ``from .job import Job`` names jobyard.job.Job
+                m = m.rpartition(".")[0]
+            if m and m != name:
+                out.add(m)
+        return out
+
+    graph = {n: deps(n) for n in names}
+    both_ways = {
+        (a, b)
+        for a in graph
+        for b in graph[a]
+        if a in graph[b] and a < b and not b.startswith(f"{a}.")  # a package and its own module
+    }
+    assert not both_ways
+
+
 def test_cron_holds_rules_only() -> None:
     assert not {m for m in imported(SRC / "cron.py") if m.startswith("jobyard.backends")}
 
