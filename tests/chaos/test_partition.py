@@ -119,7 +119,7 @@ def test_a_cut_off_worker_cannot_overwrite_the_rescuers_outcome(
         victim.heal()
         # Wait for the late completion's fate: refused (the worker says so for this job), or
         # applied (the job leaves running), whichever comes first.
-        stale = f"job {handle.id}: outcome refused"
+        stale = f"job {handle.id}: outcome completed refused"
         wait_for(
             lambda: stale in procs[victim.name].output() or app.get(handle.id).status != "running",
             120,
