@@ -12,9 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -194,6 +195,13 @@ def _is_store_error(exc: BaseException) -> bool:
     return bool(names & {"OperationalError", "ConnectionError", "InterfaceError", "RedisError"})
 
 
+async def form_of(request: Request) -> dict[str, str]:
+    """A POST's fields (the guard let only ``application/x-www-form-urlencoded`` through; the
+    last of a repeated field wins)."""
+    body = await request.body()
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+
+
 # --- sign-in ------------------------------------------------------------------------------------
 
 
@@ -207,9 +215,9 @@ def login_page(site: Site, request: Request) -> Response:
 
 async def login(site: Site, request: Request) -> Response:
     """Check the token typed in; set the session cookie."""
-    form = await request.form()
-    token = str(form.get("token", ""))
-    nxt = safe_path(str(form.get("next", "")))
+    form = await form_of(request)
+    token = form.get("token", "")
+    nxt = safe_path(form.get("next", ""))
     role = site.access.role_of_token(token) if token else None
     if role is None:
         client = request.client.host if request.client else "unknown"
@@ -259,9 +267,7 @@ def build(
 
     def post(path: str, handler: Callable[[Site, Request], Response], name: str) -> Route:
         async def endpoint(request: Request) -> Response:
-            form = await request.form()
-            request.state.form = {k: str(v) for k, v in form.items()}
-            from starlette.concurrency import run_in_threadpool
+            request.state.form = await form_of(request)
 
             result: Response = await run_in_threadpool(guarded(site, handler), request)
             return result
