@@ -68,10 +68,15 @@ def build(url: str | None = None, sink: Path | None = None) -> jobyard.App:
         return sum(results)
 
     @app.job(queue="hostile", max_attempts=1)
-    def hostile(value: Any, note: str = "") -> Any:
-        if note:
-            jobyard.current_job().progress(0.5, note)
-            raise ValueError(f"{HOSTILE} {note}")
+    def hostile(value: Any, mode: str = "return") -> Any:
+        if mode == "hold":  # running, with a hostile progress note, until the gate opens
+            jobyard.current_job().progress(0.5, f"{HOSTILE} note")
+            deadline = time.monotonic() + 60
+            while not (where / "gate.hostile").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return value
+        if mode == "fail":
+            raise ValueError(f"{HOSTILE}\n{value}")
         return {"echo": value, HOSTILE: HOSTILE}
 
     return app

@@ -31,6 +31,7 @@ from ..errors import (
     JobNotFound,
     JobyardError,
     QueueFull,
+    StoreUnavailable,
 )
 from . import _data
 from ._auth import ADMIN, SESSION_COOKIE, Access, Guard, cookie_header, session_value
@@ -39,6 +40,7 @@ from ._render import environment
 log = logging.getLogger("jobyard.web")
 
 FLASH_COOKIE = "jobyard_flash"
+PROBE_TIMEOUT = 3.0  # seconds a first request gives a store that was not opened yet
 BAD_INPUT = (ConfigurationError, InvalidTransition, DuplicateJob, QueueFull, ValueError)
 NAV = (
     ("overview", "/", "Overview"),
@@ -170,7 +172,13 @@ def guarded(site: Site, handler: Callable[[Site, Request], Response]) -> Callabl
 
     def endpoint(request: Request) -> Response:
         try:
+            if site.app._backend is None:
+                # Not opened yet: one probe that fails in seconds, rather than a pool that
+                # retries for its whole timeout while the page hangs.
+                site.app.check_store(PROBE_TIMEOUT)
             return handler(site, request)
+        except StoreUnavailable as exc:
+            return site.fail(request, 503, "The store is unreachable", str(exc))
         except JobNotFound as exc:
             return site.fail(request, 404, "Not found", str(exc))
         except BAD_INPUT as exc:

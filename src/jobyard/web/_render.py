@@ -15,6 +15,7 @@ import math
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from markupsafe import Markup
@@ -131,6 +132,11 @@ def lastline(value: Any) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def jobid(value: Any) -> str:
+    """A job id as a path segment (Redis ids keep their ``:``)."""
+    return quote(str(value), safe=":")
+
+
 def percent(value: Any) -> str:
     """A fraction as a percentage: ``40%``."""
     if value is None:
@@ -172,6 +178,7 @@ def environment() -> jinja2.Environment:
         short_json=short_json,
         percent=percent,
         lastline=lastline,
+        jobid=jobid,
     )
     return env
 
