@@ -306,4 +306,6 @@ def build(
         post("/actions/enqueue", _actions.enqueue, "enqueue_action"),
         Mount("/static", StaticFiles(packages=[("jobyard.web", "static")]), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, access=access)])
+    web = Starlette(routes=routes, middleware=[Middleware(Guard, access=access)])
+    web.state.jobyard_site = site  # for benchmarks and tests that look inside
+    return web
