@@ -122,6 +122,7 @@ class DeadLetter:
     total_failed: int  # every failed job in the store (of the queue filter)
     scanned: int  # failed jobs looked through
     complete: bool  # every failed job was looked through
+    newest: tuple[Job, ...] = ()  # the newest failed jobs the filter matches (a page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,8 +380,11 @@ def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
     total = sum(s.counts.get("failed", 0) for s in stats)
     jobs = app.jobs(queue=flt.queue, status="failed", name=flt.name, limit=DEAD_SCAN)
     groups: dict[tuple[str, str, str], list[Job]] = {}
+    matching: list[Job] = []
     for job in jobs:
         if _dead_matches(job, flt):
+            if len(matching) < PAGE:
+                matching.append(job)
             groups.setdefault((job.name, job.queue, last_line(job.error)), []).append(job)
     out = []
     for (name, queue, line), members in groups.items():
@@ -390,7 +394,7 @@ def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
         )
     out.sort(key=lambda g: (-g.count, -g.newest))
     complete = len(jobs) < DEAD_SCAN
-    return DeadLetter(tuple(out), total, len(jobs), complete)
+    return DeadLetter(tuple(out), total, len(jobs), complete, tuple(matching))
 
 
 def dead_jobs(app: App, flt: DeadFilter, limit: int = PAGE) -> list[Job]:
