@@ -20,10 +20,10 @@ from .errors import (
     StoreUnavailable,
 )
 from .hooks import EnqueueEvent, JobEvent
-from .job import Job, JobFunction, JobHandle, Status
+from .job import Job, JobFunction, JobHandle, Signature, Status
 from .retry import Backoff
 from .worker.executor import JobContext, current_job
-from .workflow import Chain, Group, Signature, Workflow, WorkflowHandle, chain, group
+from .workflow import Chain, Group, Workflow, WorkflowHandle, chain, group
 
 __all__ = [
     "App",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -16,7 +15,6 @@ from rich.console import Console
 from rich.text import Text
 
 from ._printable import json_text, printable
-from .job import Job
 
 # --- parsing ------------------------------------------------------------------------------------
 
@@ -160,19 +158,3 @@ def _iso(epoch: float | None) -> str | None:
 
 def _dumps(value: Any) -> str:
     return json_text(value)
-
-
-def job_to_dict(job: Job) -> dict[str, Any]:
-    """Every field of a job, JSON-ready (``jobyard show --json``)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(job):
-        name = f.name
-        value = getattr(job, name)
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        elif isinstance(value, tuple):
-            value = list(value)
-        elif name == "status":
-            value = str(value)
-        out[name] = value
-    return out

@@ -9,10 +9,10 @@ the App gives it) and nothing of the App, its registry or its handlers.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._codec import decode_payload
 from .backends.base import Backend, Inserted, JobsInsertParams, NewJob, as_transactional
 from .hooks import EnqueueEvent, Hooks
 
@@ -54,8 +54,8 @@ class Enqueue:
             return
         for new, got in zip(jobs, inserted, strict=True):
             if got.created:
-                data = json.loads(new.payload)
+                payload = decode_payload(new.payload)
                 event = EnqueueEvent(
-                    got.id, new.name, new.queue, tuple(data["args"]), data["kwargs"]
+                    got.id, new.name, new.queue, tuple(payload.args), payload.kwargs
                 )
                 self._hooks.run("on_enqueue", event)

@@ -29,6 +29,7 @@ from .backends.base import (
     Schedule,
     SchedulesPauseParams,
     StatsParams,
+    StoreInfo,
     WorkerInfo,
     as_foreign_queues,
 )
@@ -398,6 +399,11 @@ class App:
     def stats(self, queues: Sequence[str] = ()) -> list[QueueStats]:
         """Counts by status for each queue."""
         return self.backend.stats_get(StatsParams(tuple(queues)))
+
+    def store_info(self) -> StoreInfo:
+        """What the store tells about itself: its kind, how long it keeps finished jobs whose
+        queue sets no retention, and its server's warnings."""
+        return self.backend.store_info()
 
     def workers(self) -> list[WorkerInfo]:
         """Live workers."""

@@ -21,6 +21,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from . import views
 from ._cli_format import (
     DURATION,
     _ago,
@@ -34,13 +35,12 @@ from ._cli_format import (
     block,
     cell,
     format_duration,
-    job_to_dict,
 )
 from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, Schedule
+from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -363,45 +363,23 @@ def _enqueue_problems(
     return problems
 
 
-def store_retention(backend: Any) -> float | None:
-    """Seconds the store keeps a completed job unless its queue says otherwise (Redis: the
-    URL's ``result_ttl``); None: until purged."""
-    try:
-        from .backends.redis.backend import RedisBackend
-    except ImportError:  # redis-py is an extra: then this is no Redis store
-        return None
-    if isinstance(backend, RedisBackend) and backend.settings.result_ttl > 0:
-        return float(backend.settings.result_ttl)
-    return None
-
-
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def status(app_ref: str, as_json: bool) -> None:
     """Jobs per queue by status, completions in the last minute, and live workers."""
-    app = _app(app_ref)
-    stats = {s.queue: s for s in app.stats()}
-    configs = {c.name: c for c in app.queues()}
-    names = sorted(set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()})
-    workers = sorted(app.workers(), key=lambda w: w.id)
-    default_retention = store_retention(app.backend)
-    warnings = list(getattr(app.backend, "server_warnings", list)())
+    view = views.status(_app(app_ref))
     if as_json:
         data = {
-            "store": mask_url(app.url),
+            "store": view.store,
             "queues": [
                 {
-                    "queue": q,
-                    "counts": {s: stats[q].counts.get(s, 0) if q in stats else 0 for s in STATUSES},
-                    "completed_last_minute": stats[q].completed_last_minute if q in stats else 0,
-                    "retention": (
-                        configs[q].retention
-                        if q in configs and configs[q].retention
-                        else default_retention
-                    ),
+                    "queue": q.name,
+                    "counts": q.counts,
+                    "completed_last_minute": q.completed_last_minute,
+                    "retention": q.kept,
                 }
-                for q in names
+                for q in view.queues
             ],
             "workers": [
                 {
@@ -413,15 +391,15 @@ def status(app_ref: str, as_json: bool) -> None:
                     "started_at": _iso(w.started_at),
                     "last_seen": _iso(w.last_seen),
                 }
-                for w in workers
+                for w in view.workers
             ],
+            "warnings": list(view.warnings),
         }
-        data["warnings"] = warnings
         click.echo(json.dumps(data, indent=2))
         return
     console = _console()
-    console.print(cell(f"store: {mask_url(app.url)}"))
-    for warning in warnings:
+    console.print(cell(f"store: {view.store}"))
+    for warning in view.warnings:
         console.print(cell(f"warning: {warning}"))
     table = Table(title="queues", box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("queue", no_wrap=True)
@@ -429,38 +407,24 @@ def status(app_ref: str, as_json: bool) -> None:
         table.add_column(s, justify="right")
     table.add_column("completed/1m", justify="right")
     table.add_column("limits", no_wrap=True)
-    for q in names:
-        st = stats.get(q)
-        counts = st.counts if st else {}
-        cfg = configs.get(q)
-        limits = []
-        if cfg is not None:
-            if cfg.max_concurrency is not None:
-                limits.append(f"max_concurrency={cfg.max_concurrency}")
-            if cfg.max_pending is not None:
-                limits.append(f"max_pending={cfg.max_pending}")
-            if cfg.paused:
-                limits.append("paused")
-        kept = cfg.retention if cfg is not None and cfg.retention else default_retention
-        if kept:
-            limits.append(f"keep={format_duration(kept)}")
+    for q in view.queues:
         table.add_row(
-            cell(q),
-            *(str(counts.get(s, 0)) for s in STATUSES),
-            str(st.completed_last_minute if st else 0),
-            cell(" ".join(limits)),
+            cell(q.name),
+            *(str(q.counts[s]) for s in STATUSES),
+            str(q.completed_last_minute),
+            cell(" ".join(_limits(q))),
         )
-    if names:
+    if view.queues:
         console.print(table)
     else:
         console.print("no queues yet: nothing was enqueued")
-    if not workers:
+    if not view.workers:
         console.print("workers: none live")
         return
     wt = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("id", "host", "pid", "queues", "concurrency", "started", "last seen"):
         wt.add_column(column, no_wrap=column in ("id", "host"))
-    for w in workers:
+    for w in view.workers:
         wt.add_row(
             cell(w.id),
             cell(w.host),
@@ -471,6 +435,20 @@ def status(app_ref: str, as_json: bool) -> None:
             _ago(w.last_seen),
         )
     console.print(wt)
+
+
+def _limits(q: views.QueueRow) -> list[str]:
+    """A queue's limits as ``jobyard status`` words them."""
+    limits = []
+    if q.max_concurrency is not None:
+        limits.append(f"max_concurrency={q.max_concurrency}")
+    if q.max_pending is not None:
+        limits.append(f"max_pending={q.max_pending}")
+    if q.paused:
+        limits.append("paused")
+    if q.kept:
+        limits.append(f"keep={format_duration(q.kept)}")
+    return limits
 
 
 @cli.command()
@@ -493,7 +471,7 @@ def jobs(
     found = app.jobs(queue=queue, status=status_, name=name, limit=limit)
     if as_json:
         for job in found:
-            click.echo(json.dumps(job_to_dict(job)))
+            click.echo(json.dumps(views.job_fields(job)))
         return
     console = _console()
     if not found:
@@ -528,10 +506,9 @@ def jobs(
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 def show(app_ref: str, job_id: str, as_json: bool) -> None:
     """Every field of job ID, with its error (and traceback) and result."""
-    app = _app(app_ref)
-    job = app.get(job_id)
-    data = job_to_dict(job)
-    flow = app.workflow(job.workflow_id) if job.workflow_id else None
+    detail = views.job_detail(_app(app_ref), job_id)
+    job, flow = detail.job, detail.workflow
+    data = views.job_fields(job)
     tree = [] if flow is None else _marked_tree(flow, job.id)
     if as_json:
         if flow is not None:
@@ -795,62 +772,49 @@ def cron(
         app.resume_schedule(name)
         if not as_json:
             _echo(f"resumed {name}")
-    stored = app.stored_schedules()
+    rows = views.schedules(app)
     if as_json:
-        for sched in stored:
+        for row in rows:
+            if not row.stored:
+                continue
             click.echo(
                 _dumps(
                     {
-                        "name": sched.name,
-                        "cron": sched.cron,
-                        "every": sched.every,
-                        "timezone": sched.timezone,
-                        "catch_up": sched.catch_up,
-                        "job": sched.job.name,
-                        "queue": sched.job.queue,
-                        "active": sched.active,
-                        "paused": sched.paused,
-                        "next_run_at": _iso(sched.next_run_at),
-                        "last_run_at": _iso(sched.last_run_at),
+                        "name": row.name,
+                        "cron": row.cron,
+                        "every": row.every,
+                        "timezone": row.timezone,
+                        "catch_up": row.catch_up,
+                        "job": row.job,
+                        "queue": row.queue,
+                        "active": row.active,
+                        "paused": row.paused,
+                        "next_run_at": _iso(row.next_run_at),
+                        "last_run_at": _iso(row.last_run_at),
                     }
                 )
             )
         return
-    defined = set(app.declared_schedules)
     table = Table(title="schedules")
     columns = ("name", "ticks", "catch up", "job", "queue", "state", "next run", "last run")
     for column in (*columns, "in APP"):
         table.add_column(column)
-    for sched in stored:
-        state = "inactive" if not sched.active else "paused" if sched.paused else "active"
+    for row in rows:
         table.add_row(
-            cell(sched.name),
-            cell(_ticks(sched)),
-            cell(sched.catch_up),
-            cell(sched.job.name),
-            cell(sched.job.queue),
-            state,
-            _at(sched.next_run_at) if state == "active" else "",
-            _at(sched.last_run_at),
-            "yes" if sched.name in defined else "no",
-        )
-    for name in sorted(defined - {s.name for s in stored}):
-        sched = app.declared_schedules[name]
-        table.add_row(
-            cell(name),
-            cell(_ticks(sched)),
-            cell(sched.catch_up),
-            cell(sched.job.name),
-            cell(sched.job.queue),
-            "not stored yet",
-            "",
-            "",
-            "yes",
+            cell(row.name),
+            cell(_ticks(row)),
+            cell(row.catch_up),
+            cell(row.job),
+            cell(row.queue),
+            row.state,
+            _at(row.next_run_at) if row.state == "active" else "",
+            _at(row.last_run_at),
+            "yes" if row.declared else "no",
         )
     _console().print(table)
 
 
-def _ticks(sched: Schedule) -> str:
+def _ticks(sched: views.ScheduleRow) -> str:
     """A schedule's ticks in a few words: "0 9 * * 1-5 (Europe/Berlin)" or "every 30s"."""
     if sched.cron is None:
         every = sched.every

@@ -7,18 +7,19 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
+from ._codec import CorruptPayload, decode_payload, decode_result, encode_payload
 from ._enqueue import Enqueue
 from .backends.base import (
     DEFAULT_LEASE,
     FINISHED,
+    MAX_IDEMPOTENCY_KEY,
     Delivery,
     Inserted,
     JobRecord,
@@ -31,15 +32,11 @@ from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
 from .retry import Backoff, as_backoff
 
-if TYPE_CHECKING:
-    from .workflow import Signature
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}\Z")
 NAME_RULE = "1 to 100 characters of A-Z a-z 0-9 _ . : -"
-MAX_IDEMPOTENCY_KEY = 200
 DELIVERIES: tuple[str, ...] = ("at_least_once", "at_most_once")
 
 
@@ -106,13 +103,13 @@ class Job:
     def from_record(cls, rec: JobRecord) -> Job:
         """Decode a store record; a corrupt payload or result is shown, never raised."""
         try:
-            data = json.loads(rec.payload)
-            args, kwargs = tuple(data["args"]), dict(data["kwargs"])
-        except (ValueError, KeyError, TypeError, RecursionError):  # nested past json's limit
+            payload = decode_payload(rec.payload)
+            args, kwargs = tuple(payload.args), payload.kwargs
+        except CorruptPayload:
             args, kwargs = (), {"<corrupt payload>": rec.payload}
         try:
-            result = None if rec.result is None else json.loads(rec.result)
-        except (ValueError, RecursionError):
+            result = decode_result(rec.result)
+        except ValueError:
             result = rec.result
         created = to_datetime(rec.created_at)
         run_at = to_datetime(rec.run_at)
@@ -277,107 +274,6 @@ def _valid_key(key: object) -> bool:
     return True
 
 
-# Built once: json.dumps with options builds a new encoder per call (~half of enqueue_many's
-# Python time). An encoder keeps no state between calls, so threads can share it.
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_ESCAPED = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-# The C encoder _COMPACT makes inside each encode() call, made once: that call's Python layers
-# were a tenth of enqueue_many's Python time. Without the circular-reference bookkeeping (a dict
-# that would be shared across threads), a cycle recurses until RecursionError; _COMPACT then
-# encodes the value again and raises what it always raised.
-_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
-_FAST = (
-    None
-    if _C_ENCODER is None
-    else _C_ENCODER(
-        None, _COMPACT.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
-    )
-)
-
-
-def _dumps(value: Any) -> str:
-    try:
-        text = _COMPACT.encode(value) if _FAST is None else "".join(_FAST(value, 0))
-    except RecursionError:
-        text = _COMPACT.encode(value)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate cannot be stored as UTF-8 by any store: escape everything instead.
-        text = _ESCAPED.encode(value)
-    return text
-
-
-def _bad_key(value: Any) -> object:
-    """A dict key in ``value`` that is not a string (JSON would turn ``1`` into ``"1"``, and
-    ``{1: "a", "1": "b"}`` into one entry), else ``_NO_BAD_KEY``. ``value`` was encoded already,
-    so it holds no cycle."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for k, v in item.items():
-                if not isinstance(k, str):
-                    return k
-                if isinstance(v, _CONTAINERS):
-                    stack.append(v)
-        elif isinstance(item, list | tuple):
-            stack.extend(v for v in item if isinstance(v, _CONTAINERS))
-    return _NO_BAD_KEY
-
-
-_NO_BAD_KEY = object()
-_CONTAINERS = (dict, list, tuple)
-
-
-def _key_error(label: str, key: object) -> TypeError:
-    return TypeError(f"{label} is not JSON: dict key {key!r} is not a string")
-
-
-def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-    """JSON-encode a call's arguments; a TypeError names the argument that is not JSON."""
-    try:
-        text = _dumps({"args": list(args), "kwargs": dict(kwargs)})
-    except (TypeError, ValueError, RecursionError):
-        pass
-    else:
-        if text.count("{") == 2:
-            return text  # no dict inside the arguments (the outer two are the payload's own)
-        # Only a dict can hold a key JSON would turn into a string: scan the containers alone.
-        for i, a in enumerate(args):
-            if isinstance(a, _CONTAINERS) and (key := _bad_key(a)) is not _NO_BAD_KEY:
-                raise _key_error(f"argument {i}", key)
-        for name, v in kwargs.items():
-            if isinstance(v, _CONTAINERS) and (key := _bad_key(v)) is not _NO_BAD_KEY:
-                raise _key_error(f"argument {name!r}", key)
-        return text
-    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
-        (f"argument {k!r}", v) for k, v in kwargs.items()
-    ]
-    for label, value in named:
-        if not isinstance(label, str):
-            continue
-        try:
-            _dumps(value)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise TypeError(f"{label} is not JSON serializable: {exc}") from None
-    bad = [k for k in kwargs if not isinstance(k, str)]
-    raise TypeError(f"keyword argument names must be strings, got {bad!r}")
-
-
-def encode_result(value: Any) -> str:
-    """JSON-encode a handler's return value (TypeError if it is not JSON)."""
-    if value is None:  # most handlers return nothing
-        return "null"
-    try:
-        text = _dumps(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise TypeError(f"the handler's result is not JSON serializable: {exc}") from None
-    if (key := _bad_key(value)) is not _NO_BAD_KEY:
-        raise _key_error("the handler's result", key)
-    return text
-
-
 @functools.lru_cache(maxsize=4096)  # .options() makes a JobFunction per call
 def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
     try:
@@ -453,8 +349,6 @@ class JobFunction(Generic[P, R]):
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature: this call, not enqueued yet, to compose with ``jobyard.chain`` and
         ``jobyard.group`` (in a chain, the previous result comes first, before ``args``)."""
-        from .workflow import Signature
-
         return Signature(self, args, kwargs)
 
     def options(
@@ -533,3 +427,23 @@ class JobFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A job not yet enqueued: ``fn.s(*args, **kwargs)``, options via ``fn.options(...).s()``.
+    ``jobyard.chain`` and ``jobyard.group`` compose signatures (``jobyard.workflow``, which
+    depends on this module, never the other way round).
+
+    In a chain it receives the previous node's result as an extra first argument."""
+
+    fn: JobFunction[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def enqueue(self) -> JobHandle:
+        """Enqueue it alone, as a plain job."""
+        return self.fn.enqueue(*self.args, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"{self.fn.name}.s(*{self.args!r}, **{self.kwargs!r})"

@@ -8,11 +8,12 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from .backends.base import MAX_DELAY
 from .errors import ConfigurationError
 
 BackoffKind = Literal["fixed", "linear", "exponential"]
 KINDS: tuple[str, ...] = ("fixed", "linear", "exponential")
-MAX_BACKOFF = 100 * 365 * 86400.0  # backends.base.MAX_DELAY (not imported: no I/O layers here)
+MAX_BACKOFF = MAX_DELAY  # a backoff's cap: the longest delay every store can hold
 
 
 @dataclass(frozen=True, slots=True)

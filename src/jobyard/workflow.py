@@ -12,16 +12,16 @@ a group the list of what its members pass, in member order.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
+from ._codec import CorruptPayload, decode_payload, encode_step
 from .backends.base import NewJob
 from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound
-from .job import Job, JobFunction, JobHandle, Status
+from .job import Job, JobHandle, Signature, Status
 
 if TYPE_CHECKING:
     from ._enqueue import Enqueue
@@ -36,25 +36,7 @@ MAX_DEPTH = 100
 # Where a step's first argument comes from: a position in its ``depends_on`` (that job's
 # result), or a list of such shapes (a group's results, nested as the groups nest).
 Feed: TypeAlias = int | list["Feed"]
-Node: TypeAlias = Union["Signature", "Chain", "Group"]
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A job not yet enqueued: ``fn.s(*args, **kwargs)``, options via ``fn.options(...).s()``.
-
-    In a chain it receives the previous node's result as an extra first argument."""
-
-    fn: JobFunction[..., Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def enqueue(self) -> JobHandle:
-        """Enqueue it alone, as a plain job."""
-        return self.fn.enqueue(*self.args, **self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"{self.fn.name}.s(*{self.args!r}, **{self.kwargs!r})"
+Node: TypeAlias = Union[Signature, "Chain", "Group"]
 
 
 @dataclass(frozen=True)
@@ -156,9 +138,7 @@ class _Batch:
         fed_args = sig.args if takes is None else (None, *sig.args)
         fn.check_call(fed_args, sig.kwargs)
         new = opts.new_job(sig.args, sig.kwargs)
-        extra = {"at": at} if feed is None else {"at": at, "feed": feed}
-        # The payload object gains the step's place and feed beside its args and kwargs.
-        payload = new.payload[:-1] + "," + json.dumps(extra, separators=(",", ":"))[1:]
+        payload = encode_step(new.payload, at, feed)
         self.jobs.append(
             replace(new, payload=payload, workflow_id=self.workflow_id, after=tuple(after))
         )
@@ -377,12 +357,11 @@ def _index(part: str) -> int:
 
 
 def place_of(payload: str) -> str | None:
-    """A workflow job's place ("c0/g1") from its stored payload, or None."""
+    """A workflow job's place ("c0/g1") from its stored payload, or None (a corrupt one)."""
     try:
-        at = json.loads(payload).get("at")
-    except (ValueError, AttributeError, RecursionError):  # not ours: shown without a place
+        return decode_payload(payload).at
+    except CorruptPayload:
         return None
-    return at if isinstance(at, str) else None
 
 
 def purge_plan(

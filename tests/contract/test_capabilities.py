@@ -1,5 +1,6 @@
 """Optional store capabilities are declared (``backends/base.py``) and refused in one way: each
-store either has a capability or refuses the features needing it with one ConfigurationError."""
+store either has a capability or refuses the features needing it with one ConfigurationError.
+What a store tells about itself (``store_info``) every store answers, in the same terms."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ import pytest
 
 import jobyard
 from jobyard import testing
-from jobyard.backends.base import ForeignQueueBackend, TransactionalBackend
+from jobyard.backends.base import (
+    Backend,
+    ForeignQueueBackend,
+    JobsAckParams,
+    JobsInsertParams,
+    NewJob,
+    Outcome,
+    StoreInfo,
+    TransactionalBackend,
+)
 
 TRANSACTIONAL = {"postgres"}
 FOREIGN_QUEUES = {"redis", "redis_cluster"}
+REDIS = {"redis", "redis_cluster"}
 
 
 def test_each_store_declares_what_it_can_do(
@@ -51,6 +62,32 @@ def test_a_caller_connection_is_refused_without_transactions(
     assert app.jobs() == []
 
 
+def test_a_store_handed_a_connection_past_the_core_refuses_it_alike(
+    store: tuple[str, str], make_app: Callable[..., jobyard.App]
+) -> None:
+    if store[0] in TRANSACTIONAL:
+        pytest.skip("this store takes part in the caller's transaction")
+    app = make_app()
+    backend = app.backend
+    new = NewJob(name="noop", queue="default", payload='{"args":[],"kwargs":{}}')
+
+    # when: a caller hands the store itself a connection, past the core's refusal
+    with pytest.raises(jobyard.ConfigurationError) as insert:
+        backend.jobs_insert(JobsInsertParams([new], connection=object()))
+    (job,) = backend.jobs_insert(JobsInsertParams([new]))
+    with pytest.raises(jobyard.ConfigurationError) as ack:
+        backend.jobs_ack(JobsAckParams([Outcome(job.id, "t", "completed")], connection=object()))
+
+    # then: the one refusal of base.py, the same on every store, and nothing written
+    needs = (
+        "a caller's connection (connection=...) needs a store that takes part in the caller's "
+        f"transaction (PostgreSQL); {backend.url} is not one"
+    )
+    assert str(insert.value) == str(ack.value) == needs
+    assert [j.id for j in app.jobs()] == [job.id]
+    assert app.get(job.id).status == "pending"
+
+
 def test_a_handler_connection_is_refused_without_transactions(
     store: tuple[str, str], make_app: Callable[..., jobyard.App]
 ) -> None:
@@ -84,3 +121,49 @@ def test_foreign_lists_and_streams_are_refused_without_them(
     ):
         app.consume_stream("events", print, group="g")
     assert app.consumers == []
+
+
+def test_each_store_tells_its_kind_retention_and_warnings(
+    store: tuple[str, str], make_app: Callable[..., jobyard.App]
+) -> None:
+    backend = make_app().backend
+
+    # when: the store is asked what it is (status and the dashboard ask this, never its class)
+    info = backend.store_info()
+
+    # then: its kind, and how long it keeps finished jobs whose queue sets no retention: a day
+    # of completed jobs on Redis (result_ttl), until purged elsewhere; failed ones until purged
+    assert isinstance(backend, Backend) and isinstance(info, StoreInfo)
+    assert info.kind == store[0]
+    assert info.retention == (86400.0 if store[0] in REDIS else None)
+    assert info.failed_retention is None
+    # warnings are one line each; only a server can have any (PostgreSQL: tests/postgres)
+    assert isinstance(info.warnings, tuple)
+    assert all(isinstance(w, str) and w and "\n" not in w for w in info.warnings)
+    if store[0] != "postgres":
+        assert info.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("query", "retention", "failed_retention"),
+    [({"result_ttl": 60, "failed_ttl": 600}, 60.0, 600.0), ({"result_ttl": 0}, None, None)],
+    ids=["both-set", "kept-until-purged"],
+)
+def test_a_redis_store_tells_the_retention_of_its_url(
+    store: tuple[str, str],
+    query: dict[str, float],
+    retention: float | None,
+    failed_retention: float | None,
+) -> None:
+    if store[0] not in REDIS:
+        pytest.skip("only Redis keeps finished jobs for a time set in its URL")
+    from tests.redis.support import cluster_url, fresh_url
+
+    url = (cluster_url if store[0] == "redis_cluster" else fresh_url)(**query)
+    app = jobyard.App(url)
+    try:
+        info = app.store_info()
+    finally:
+        app.close()
+
+    assert (info.retention, info.failed_retention) == (retention, failed_retention)

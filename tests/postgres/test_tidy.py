@@ -147,7 +147,7 @@ def test_status_warns_when_the_servers_autovacuum_is_off(
 ) -> None:
     # the server of this suite may run either way: the warning follows its setting
     off = sql("SHOW autovacuum")[0][0] == "off"
-    warnings = backend.server_warnings()
+    warnings = backend.store_info().warnings
     assert bool(warnings) == off
     assert all("autovacuum is off" in w for w in warnings)
 

@@ -221,7 +221,7 @@ def test_an_abort_never_deletes_a_published_part(backend: RedisBackend) -> None:
     # when its producer, unsure of its commit, aborts it: it learns the batch landed
     assert not batch._abandon()
     # and even a deletion sent regardless deletes nothing: only a hidden range is deleted
-    batch._clean()
+    batch.clean()
     assert [backend.jobs_get(i.id) is not None for i in inserted] == [True] * 13
 
 

@@ -26,6 +26,7 @@ from ..errors import ConfigurationError
 
 Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
+StoreKind = Literal["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 OutcomeKind = Literal["completed", "retry", "failed", "release", "cancelled"]
 
 # ``waiting``: a workflow step whose inputs (``NewJob.after``) have not all completed yet; the
@@ -49,6 +50,7 @@ LEASE_LOST_ERROR = "lease expired: the worker running this job stopped renewing 
 AT_MOST_ONCE_LOST_ERROR = "worker lost during an at_most_once job: not run again"
 # A running job someone asked to cancel whose worker stopped renewing: cancelled, not run again.
 CANCEL_LOST_ERROR = "cancelled on request: the worker running it stopped renewing its lease"
+MAX_IDEMPOTENCY_KEY = 200  # characters of an idempotency key (checked by JobOptions)
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
 
@@ -146,6 +148,22 @@ class QueueStats:
     queue: str
     counts: dict[str, int]  # status -> jobs
     completed_last_minute: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """What a store tells about itself rather than about a job (:meth:`Backend.store_info`):
+    what ``jobyard status`` and the dashboard show beside the queues."""
+
+    kind: StoreKind
+    # Seconds the store keeps a completed job after it finished when its queue sets no
+    # ``retention`` (Redis: the URL's ``result_ttl``); None: until purged.
+    retention: float | None = None
+    # The same for failed and cancelled jobs (Redis: the URL's ``failed_ttl``); None: until
+    # purged (the dead letter).
+    failed_retention: float | None = None
+    # What an operator should know about the server, one line each (PostgreSQL: autovacuum off).
+    warnings: tuple[str, ...] = ()
 
 
 # --- parameter objects -----------------------------------------------------------------------
@@ -723,6 +741,11 @@ class Backend(Protocol):
         action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
         ...
 
+    def store_info(self) -> StoreInfo:
+        """The store's kind, its own retention of finished jobs and its server's warnings (see
+        :class:`StoreInfo`): one cheap read at most, never of the jobs."""
+        ...
+
     # time and recurring jobs
     def clock_now(self) -> float:
         """The store's "now" (or the frozen clock's), in epoch seconds."""
@@ -814,6 +837,14 @@ def as_transactional(backend: Backend, feature: str) -> TransactionalBackend:
     raise _lacks(
         backend, feature, "a store that takes part in the caller's transaction (PostgreSQL)"
     )
+
+
+def refuse_connection(backend: Backend, params: JobsInsertParams | JobsAckParams) -> None:
+    """The guard of a store that cannot join a caller's transaction, for a caller that reached
+    it past the core (which refuses a ``connection`` first, through :func:`as_transactional`):
+    the same one ConfigurationError, rather than writing outside the caller's transaction."""
+    if params.connection is not None:
+        as_transactional(backend, "a caller's connection (connection=...)")
 
 
 def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:

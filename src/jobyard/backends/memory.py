@@ -50,9 +50,11 @@ from .base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    refuse_connection,
 )
 
 
@@ -112,10 +114,7 @@ class MemoryBackend:
 
     def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
         """Insert all or nothing, deduplicating by idempotency key."""
-        if params.connection is not None:
-            from ..errors import ConfigurationError
-
-            raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
+        refuse_connection(self, params)
         with self._lock:
             now = self._now()
             out: list[Inserted] = []
@@ -404,10 +403,7 @@ class MemoryBackend:
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply each outcome whose token still matches; return the stale ids."""
-        if params.connection is not None:
-            from ..errors import ConfigurationError
-
-            raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
+        refuse_connection(self, params)
         stale: list[str] = []
         with self._lock:
             now = self._now()
@@ -561,6 +557,10 @@ class MemoryBackend:
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
         """Nothing to tidy: a dict holds no dead rows."""
         return []
+
+    def store_info(self) -> StoreInfo:
+        """Finished jobs are kept until purged; no server to warn about."""
+        return StoreInfo("memory")
 
     def clock_now(self) -> float:
         """The frozen clock's now, else the host's."""

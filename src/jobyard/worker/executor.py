@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import math
 import time
@@ -16,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .._codec import CorruptPayload, decode_payload, decode_result, encode_result
 from ..backends.base import (
     Backend,
     ClaimedJob,
@@ -28,7 +28,7 @@ from ..backends.base import (
 )
 from ..errors import Drop, JobyardError, Retry
 from ..hooks import Hooks, JobEvent, JobOutcome
-from ..job import DELIVERIES, JobFunction, encode_result
+from ..job import DELIVERIES, JobFunction
 from ..retry import Backoff
 from ..workflow import feed_value
 from ._progress import fit_progress
@@ -184,14 +184,11 @@ def resolve(job: ClaimedJob, registry: dict[str, JobFunction[Any, Any]]) -> Call
     if jf is None:
         return classify(job, LookupError(f"no handler registered for {job.name!r}"), "")
     try:
-        data = json.loads(job.payload)
-        args, kwargs = data["args"], data["kwargs"]
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            raise TypeError("args must be a list and kwargs an object")
-    except (ValueError, KeyError, TypeError) as exc:
+        payload = decode_payload(job.payload)
+    except CorruptPayload as exc:
         # Retrying cannot mend a corrupt row: fail it now, with the reason.
         return Outcome(job.id, job.token, "failed", error=f"corrupt payload: {exc}")
-    return Call(jf.func, jf.is_async, args, kwargs, data.get("feed"))
+    return Call(jf.func, jf.is_async, payload.args, payload.kwargs, payload.feed)
 
 
 def succeed(ctx: JobContext, value: Any) -> Outcome:
@@ -425,7 +422,7 @@ class Pipeline:
                 state = "gone (purged?)" if got is None else got.status
                 return Outcome(job.id, job.token, "failed", error=f"input {input_id} is {state}")
             try:
-                results.append(None if got.result is None else json.loads(got.result))
+                results.append(decode_result(got.result))
             except ValueError:
                 return Outcome(job.id, job.token, "failed", error=f"input {input_id}: bad result")
         try:
@@ -529,7 +526,7 @@ class Pipeline:
         result = None
         if outcome is not None and outcome.result is not None:
             with contextlib.suppress(ValueError):
-                result = json.loads(outcome.result)
+                result = decode_result(outcome.result)
         return JobEvent(
             id=job.id,
             name=job.name,

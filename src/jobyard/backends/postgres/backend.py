@@ -32,9 +32,9 @@ from psycopg import pq
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
+from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
-from .. import mask_url
 from .._stored import parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
@@ -67,6 +67,7 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -680,15 +681,17 @@ class PostgresBackend:
                 per[kind] = int(n)
         return [QueueStats(q, counts[q], recent.get(q, 0)) for q in sorted(counts)]
 
-    def server_warnings(self) -> list[str]:
-        """What ``jobyard status`` should warn about this server (not part of the protocol)."""
+    def store_info(self) -> StoreInfo:
+        """Finished jobs are kept until purged; a warning when the server's autovacuum is off
+        (one read of the setting)."""
         rows = self._run(lambda c: self._fetch(c, Q.autovacuum_setting))
         if rows and rows[0][0] == "off":
-            return [
+            warning = (
                 "the server's autovacuum is off: jobyard's workers vacuum its busiest tables"
                 " themselves, but nothing else is vacuumed or analyzed"
-            ]
-        return []
+            )
+            return StoreInfo("postgres", warnings=(warning,))
+        return StoreInfo("postgres")
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
         """Vacuum the tables that churn once they pass the threshold (see queries.sql at

@@ -6,7 +6,15 @@ import json
 from typing import TYPE_CHECKING, cast
 
 from ...errors import ConfigurationError
-from ..base import STATUSES, QueueConfig, QueueStats, StatsParams, WorkerInfo, WorkersBeatParams
+from ..base import (
+    STATUSES,
+    QueueConfig,
+    QueueStats,
+    StatsParams,
+    StoreInfo,
+    WorkerInfo,
+    WorkersBeatParams,
+)
 from ._core import dumps
 from .keys import QUEUE_RE
 
@@ -122,3 +130,13 @@ def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
             out.append(QueueStats(q, counts, row[-2]))
     out.sort(key=lambda s: s.queue)
     return out
+
+
+def store_info(c: Core) -> StoreInfo:
+    """Node or Cluster, and the URL's retention: a ttl of 0 keeps the jobs until purged."""
+    settings = c.settings
+    return StoreInfo(
+        "redis_cluster" if c.cluster else "redis",
+        retention=settings.result_ttl if settings.result_ttl > 0 else None,
+        failed_retention=settings.failed_ttl if settings.failed_ttl > 0 else None,
+    )

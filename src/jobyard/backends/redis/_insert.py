@@ -340,9 +340,9 @@ class _Batch:
         state = self._decide("committed")
         if state != "ok":
             raise self._gone()
-        return self._publish(ttl_ms)
+        return self.publish(ttl_ms)
 
-    def _publish(self, ttl_ms: str) -> tuple[dict[str, int], list[str]]:
+    def publish(self, ttl_ms: str) -> tuple[dict[str, int], list[str]]:
         """Publish each queue's part of a committed batch (each call safe to repeat)."""
         due: dict[str, int] = {}
         segmented = []
@@ -365,7 +365,7 @@ class _Batch:
                 return False
             if state == "missing" and not self._aborted():
                 return False  # published and closed (a single node's commit, reply lost)
-            self._clean()
+            self.clean()
         except Exception as exc:  # noqa: BLE001 - past its deadline, the reaper finishes it
             log.warning(
                 "redis: batch %s left to the reaper (%s: %s)", self.id, type(exc).__name__, exc
@@ -382,15 +382,15 @@ class _Batch:
     def _committed_anyway(self, ttl_ms: str) -> tuple[dict[str, int], list[str]]:
         """Finish publishing a batch found committed after a failure; then merge every queue
         (a queue published before the failure may have a segment: a no-op where none)."""
-        due = self._publish(ttl_ms)[0] if self.core.cluster else {}
+        due = self.publish(ttl_ms)[0] if self.core.cluster else {}
         return due, list(self.queues)
 
     def _finish(self, due: dict[str, int], segmented: list[str]) -> None:
         """After the batch is visible: merge its segments and forget it (wake the workers on
         Cluster). A failure here is logged, not raised: the batch is in; the reaper finishes."""
         try:
-            self._merge(segmented)
-            self._close(due)
+            self.merge(segmented)
+            self.close(due)
         except Exception as exc:  # noqa: BLE001 - the batch is in; the reaper tidies
             log.warning(
                 "redis: batch %s is published; its tidying is left to the reaper (%s: %s)",
@@ -401,21 +401,21 @@ class _Batch:
 
     # steps the reaper shares -----------------------------------------------------------------
 
-    def _clean(self) -> None:
+    def clean(self) -> None:
         """Delete what an aborted batch staged, a bounded number of jobs per call."""
         args = [self.id, str(self.lo), str(self.hi), str(ABORT_BATCH), str(TOMBSTONE_TTL)]
         for names in self.core.slices(self.queues):
             while int(self.core.run("stage_abort", self.core.group_keys(names), args)):
                 pass
-        self._close({})
+        self.close({})
 
-    def _merge(self, queues: list[str]) -> None:
+    def merge(self, queues: list[str]) -> None:
         for q in queues:
             keys = self.core.group_keys([q])
             while int(self.core.run("ready_merge", keys, [str(MERGE_BATCH), self.id])):
                 pass
 
-    def _close(self, due: dict[str, int]) -> None:
+    def close(self, due: dict[str, int]) -> None:
         woke = {q: n for q, n in due.items() if n > 0}
         keys = [
             self.core.keys.batches,
@@ -436,12 +436,12 @@ def reap(core: Core) -> int:
         batch = _Batch(core, batch_id, json.loads(queues), int(lo), int(hi))
         if state == "aborting":
             log.warning("redis: deleting batch %s, abandoned by its producer", batch_id)
-            batch._clean()
+            batch.clean()
         elif state == "committed":
-            due, _ = batch._publish("")
-            batch._merge(batch.queues)  # parts published before may have segments too
-            batch._close(due)
+            due, _ = batch.publish("")
+            batch.merge(batch.queues)  # parts published before may have segments too
+            batch.close(due)
         else:  # published: its segments are left to merge
-            batch._merge(batch.queues)
-            batch._close({})
+            batch.merge(batch.queues)
+            batch.close({})
     return len(taken)

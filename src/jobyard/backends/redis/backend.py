@@ -55,9 +55,9 @@ from typing import Any, cast
 
 from redis.exceptions import NoScriptError
 
+from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
-from .. import mask_url
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
@@ -89,9 +89,11 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    refuse_connection,
 )
 from . import _admin, _insert, _schedules, consumers
 from ._connection import TRANSIENT
@@ -234,8 +236,7 @@ class RedisBackend:
         when the numbers are reserved first (Cluster, a staged batch), the ids of both ends of
         every link are known here.
         """
-        if params.connection is not None:
-            raise ConfigurationError("a transactional enqueue needs the PostgreSQL backend")
+        refuse_connection(self, params)
         jobs = list(params.jobs)
         if not jobs:
             return []
@@ -583,8 +584,7 @@ class RedisBackend:
 
     def _ack(self, params: JobsAckParams) -> tuple[list[str], list[tuple[str, list[Any]]]]:
         """The ack script alone: the refused ids and the notes left to settle (Cluster)."""
-        if params.connection is not None:
-            raise ConfigurationError("a transactional ack needs the PostgreSQL backend")
+        refuse_connection(self, params)
         outcomes = list(params.outcomes)
         if not outcomes:
             return [], []
@@ -826,6 +826,10 @@ class RedisBackend:
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
         return _admin.stats_get(self.core, params)
+
+    def store_info(self) -> StoreInfo:
+        """Node or Cluster, and the retention of the URL's ``result_ttl`` and ``failed_ttl``."""
+        return _admin.store_info(self.core)
 
     # time and recurring jobs --------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ import redis.exceptions
 from redis.crc import key_slot
 
 from ...errors import ConfigurationError, Drop, Retry
-from ..base import JobsInsertParams, NewJob
+from ..base import MAX_IDEMPOTENCY_KEY, JobsInsertParams, NewJob
 from .keys import claims_key, dead_key, processing_key
 
 if TYPE_CHECKING:
@@ -581,7 +581,7 @@ class StreamConsumer(_Consumer):
         job: NewJob = self.reply.opts.new_job((result,), {})
         eid = entry_id.decode()
         key = f"stream:{self.stream}:{self.group}:{eid}"
-        if len(key) > 200:  # the longest idempotency key jobyard takes
+        if len(key) > MAX_IDEMPOTENCY_KEY:
             digest = hashlib.sha1(f"{self.stream}\0{self.group}".encode()).hexdigest()[:20]
             key = f"stream:{digest}:{eid}"
         return replace(job, idempotency_key=key)

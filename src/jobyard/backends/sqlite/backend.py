@@ -30,7 +30,6 @@ from collections.abc import Iterator, Sequence
 
 from ...clock import Clock
 from ...errors import (
-    ConfigurationError,
     DuplicateJob,
     InvalidTransition,
     JobNotFound,
@@ -72,9 +71,11 @@ from ..base import (
     SchedulesSkipParams,
     SchedulesSyncParams,
     StatsParams,
+    StoreInfo,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    refuse_connection,
 )
 from . import _rows
 from ._connection import Connections, parse_url, read, write
@@ -190,10 +191,7 @@ class SQLiteBackend:
 
     def jobs_insert(self, params: JobsInsertParams) -> list[Inserted]:
         """Insert a batch in one write transaction; all or nothing."""
-        if params.connection is not None:
-            raise ConfigurationError(
-                "a transactional enqueue (connection=...) needs the PostgreSQL backend"
-            )
+        refuse_connection(self, params)
         if not params.jobs:
             return []
         with self._writing() as conn:
@@ -432,10 +430,7 @@ class SQLiteBackend:
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply a batch of outcomes in one transaction; the ids whose token was stale."""
-        if params.connection is not None:
-            raise ConfigurationError(
-                "a transactional ack (connection=...) needs the PostgreSQL backend"
-            )
+        refuse_connection(self, params)
         for outcome in params.outcomes:
             if outcome.kind not in _ACK_QUERIES:
                 raise ValueError(f"unknown outcome kind {outcome.kind!r} for job {outcome.id}")
@@ -700,6 +695,10 @@ class SQLiteBackend:
         """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
         pages of deleted rows itself."""
         return []
+
+    def store_info(self) -> StoreInfo:
+        """Finished jobs are kept until purged; nothing about the file to warn of."""
+        return StoreInfo("sqlite")
 
     def clock_now(self) -> float:
         """The frozen clock's instant, else SQLite's clock, in epoch seconds."""

@@ -1,0 +1,271 @@
+"""The read model: what ``jobyard status``, ``show``, ``jobs`` and ``cron`` print, and what the
+dashboard and the metrics render, built once and only through the :class:`jobyard.App`.
+
+Every view is a plain frozen dataclass of raw values: text exactly as the store holds it (a job's
+error or argument may hold terminal escapes or HTML: escaping is the renderer's job,
+:mod:`jobyard._printable` for a terminal, HTML escaping for a web page), times as the records
+carry them (epoch seconds for queues, workers and schedules; datetimes on a :class:`Job`), and
+nothing formatted. A renderer decides how a value reads; it never asks the store itself.
+
+- :func:`status`: a :class:`StatusView` of the store (:class:`jobyard.backends.base.StoreInfo`),
+  one :class:`QueueRow` per queue and one :class:`WorkerRow` per live worker.
+- :func:`job_detail`: a :class:`JobDetail`, the job with its workflow (chain or group) and tree;
+  :func:`job_fields` is every field of a job as JSON-ready values (``--json``).
+- :func:`schedules`: one :class:`ScheduleRow` per stored or declared schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from ._secrets import mask_url
+from .app import App
+from .backends.base import STATUSES, QueueConfig, QueueStats, Schedule, StoreInfo
+from .job import Job
+from .retry import Backoff
+from .workflow import Workflow
+
+# The running jobs one status read lists to say what each worker runs now (``running=True``);
+# past that many the workers' ``running`` is left unknown rather than read at length.
+MAX_RUNNING_LISTED = 1000
+
+ScheduleState = Literal["active", "paused", "inactive", "not stored yet"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue: its jobs by status and its configuration.
+
+    ``configured`` says whether the queue has stored settings (``app.configure_queue``); without
+    them the limits are None and ``paused`` is False."""
+
+    name: str
+    counts: dict[str, int]  # every status of STATUSES, 0 where there is none
+    completed_last_minute: int
+    configured: bool
+    max_concurrency: int | None
+    max_pending: int | None
+    max_attempts: int | None
+    backoff: Backoff | None  # as the workers read it (a corrupt text reads as the default)
+    paused: bool
+    retention: float | None  # the queue's own: seconds a completed job is kept
+    default_retention: float | None  # the store's, where the queue sets none (StoreInfo)
+    # Seconds the queue's oldest pending job has waited, where the store can tell it cheaply:
+    # none can through the Backend protocol yet (a listing walks the jobs), so None for now.
+    oldest_pending_age: float | None = None
+
+    @property
+    def kept(self) -> float | None:
+        """Seconds a completed job of this queue is kept: the queue's retention, else the
+        store's; None: until purged."""
+        return self.retention or self.default_retention
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """One live worker (one process)."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: float  # epoch seconds
+    last_seen: float  # epoch seconds: its last beat
+    # The jobs it runs now (asked for with ``status(app, running=True)``); None: not read.
+    running: tuple[Job, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """The store, its queues and its live workers (``jobyard status``, the overview page)."""
+
+    store: str  # the store's URL, credentials masked
+    info: StoreInfo
+    queues: tuple[QueueRow, ...]  # by name
+    workers: tuple[WorkerRow, ...]  # by id
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What an operator should know about the store's server."""
+        return self.info.warnings
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """One job, every field (``Job``: arguments decoded, a corrupt payload shown as
+    ``{"<corrupt payload>": text}``), and the workflow it belongs to, with its tree."""
+
+    job: Job
+    workflow: Workflow | None = None  # its chain or group (``Workflow.tree``), if it has one
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """One schedule: stored (with its state and runs), declared by this App, or both."""
+
+    name: str
+    cron: str | None
+    every: float | None  # seconds, when cron is None
+    timezone: str
+    catch_up: str
+    job: str  # the job's name
+    queue: str
+    active: bool
+    paused: bool
+    next_run_at: float | None  # epoch seconds
+    last_run_at: float | None
+    stored: bool  # in the store (synced by a worker or `jobyard cron --sync`)
+    declared: bool  # declared by this App
+
+    @property
+    def state(self) -> ScheduleState:
+        """``not stored yet`` (declared only), ``inactive`` (no longer declared by the app
+        that synced last), ``paused`` or ``active``."""
+        if not self.stored:
+            return "not stored yet"
+        if not self.active:
+            return "inactive"
+        return "paused" if self.paused else "active"
+
+
+# --- building the views --------------------------------------------------------------------------
+
+
+def status(app: App, *, running: bool = False) -> StatusView:
+    """The store, every queue (that has jobs, settings, or a job of ``app`` using it) and every
+    live worker; with ``running``, the jobs each worker runs now, in one more listing (up to
+    :data:`MAX_RUNNING_LISTED` running jobs)."""
+    info = app.store_info()
+    stats = {s.queue: s for s in app.stats()}
+    rows = queue_rows(app, stats, info)
+    return StatusView(mask_url(app.url), info, rows, worker_rows(app, stats, running=running))
+
+
+def queue_rows(
+    app: App, stats: dict[str, QueueStats] | None = None, info: StoreInfo | None = None
+) -> tuple[QueueRow, ...]:
+    """One row per queue that has jobs, settings, or a job of ``app`` using it, by name."""
+    stats = {s.queue: s for s in app.stats()} if stats is None else stats
+    info = app.store_info() if info is None else info
+    configs = {c.name: c for c in app.queues()}
+    names = set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()}
+    return tuple(_queue_row(q, stats.get(q), configs.get(q), info) for q in sorted(names))
+
+
+def _queue_row(
+    name: str, st: QueueStats | None, cfg: QueueConfig | None, info: StoreInfo
+) -> QueueRow:
+    counts = st.counts if st is not None else {}
+    return QueueRow(
+        name=name,
+        counts={s: counts.get(s, 0) for s in STATUSES},
+        completed_last_minute=st.completed_last_minute if st is not None else 0,
+        configured=cfg is not None,
+        max_concurrency=None if cfg is None else cfg.max_concurrency,
+        max_pending=None if cfg is None else cfg.max_pending,
+        max_attempts=None if cfg is None else cfg.max_attempts,
+        backoff=None if cfg is None or cfg.backoff is None else Backoff.from_json(cfg.backoff),
+        paused=cfg is not None and cfg.paused,
+        retention=None if cfg is None else cfg.retention,
+        default_retention=info.retention,
+    )
+
+
+def worker_rows(
+    app: App, stats: dict[str, QueueStats] | None = None, *, running: bool = False
+) -> tuple[WorkerRow, ...]:
+    """Every live worker, by id; with ``running``, the jobs each runs now (``stats`` saves the
+    count of running jobs a read)."""
+    workers = sorted(app.workers(), key=lambda w: w.id)
+    by_worker: dict[str, list[Job]] | None = None
+    if running and workers:
+        by_worker = _running_by_worker(app, stats)
+    rows = []
+    for w in workers:
+        jobs = None if by_worker is None else tuple(by_worker.get(w.id, ()))
+        rows.append(
+            WorkerRow(
+                w.id, w.host, w.pid, tuple(w.queues), w.concurrency, w.started_at, w.last_seen, jobs
+            )
+        )
+    return tuple(rows)
+
+
+def _running_by_worker(
+    app: App, stats: dict[str, QueueStats] | None
+) -> dict[str, list[Job]] | None:
+    """The running jobs by worker id; None past :data:`MAX_RUNNING_LISTED` of them."""
+    stats = {s.queue: s for s in app.stats()} if stats is None else stats
+    total = sum(s.counts.get("running", 0) for s in stats.values())
+    if total > MAX_RUNNING_LISTED:
+        return None
+    out: dict[str, list[Job]] = {}
+    if total == 0:
+        return out
+    # As many as counted: a listing that finds them all stops there (a store may walk its jobs
+    # newest first until it has found the limit).
+    for job in app.jobs(status="running", limit=total):
+        if job.worker_id is not None:
+            out.setdefault(job.worker_id, []).append(job)
+    return out
+
+
+def job_detail(app: App, job_id: str) -> JobDetail:
+    """Job ``job_id`` (``JobNotFound`` if there is none) with its workflow, if it has one."""
+    job = app.get(job_id)
+    flow = app.workflow(job.workflow_id) if job.workflow_id else None
+    return JobDetail(job, flow)
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    """Every field of a job in declaration order, JSON-ready: datetimes as ISO 8601 text,
+    tuples as lists, the status as its name; text values as stored (``show --json``,
+    ``jobs --json``)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(job):
+        name = f.name
+        value = getattr(job, name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif name == "status":
+            value = str(value)
+        out[name] = value
+    return out
+
+
+def schedules(app: App) -> tuple[ScheduleRow, ...]:
+    """The stored schedules in the store's order (by name), then those ``app`` declares that
+    are not stored yet, by name."""
+    declared = app.declared_schedules
+    stored = app.stored_schedules()
+    rows = [_schedule_row(s, stored=True, declared=s.name in declared) for s in stored]
+    known = {s.name for s in stored}
+    rows += [
+        _schedule_row(declared[name], stored=False, declared=True)
+        for name in sorted(set(declared) - known)
+    ]
+    return tuple(rows)
+
+
+def _schedule_row(sched: Schedule, *, stored: bool, declared: bool) -> ScheduleRow:
+    return ScheduleRow(
+        name=sched.name,
+        cron=sched.cron,
+        every=sched.every,
+        timezone=sched.timezone,
+        catch_up=sched.catch_up,
+        job=sched.job.name,
+        queue=sched.job.queue,
+        active=sched.active,
+        paused=sched.paused,
+        next_run_at=sched.next_run_at if stored else None,
+        last_run_at=sched.last_run_at if stored else None,
+        stored=stored,
+        declared=declared,
+    )
