@@ -177,6 +177,7 @@ def test_each_page_makes_the_same_few_store_calls_however_many_jobs(
         counting = Counting(board.backend)
         board._backend = counting  # type: ignore[assignment]
         client = client_for(board)
+        client.app.state.jobyard_site.cache.ttl = 0.0  # count every read, none shared
         out = {}
         try:
             for path in (

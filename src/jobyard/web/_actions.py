@@ -13,8 +13,8 @@ from starlette.responses import Response
 
 from ..errors import ConfigurationError
 from . import _data
-from ._asgi import Site, log_action, who
 from ._pages import _dead_filter
+from ._site import Site, log_action, who
 
 
 def _form(request: Request) -> dict[str, str]:

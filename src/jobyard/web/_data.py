@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .. import views
 from .._secrets import mask_url
 from ..app import App
-from ..backends.base import STATUSES, QueueConfig, QueueStats, Schedule, WorkerInfo
+from ..backends.base import STATUSES, QueueConfig, QueueStats
 from ..errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
 from ..job import Job, Status, check_name
 from ..workflow import Workflow
@@ -30,7 +31,6 @@ T = TypeVar("T")
 PAGE = 50  # jobs per page of a listing
 SCAN_MAX = 2000  # newest jobs a filter the store cannot answer looks through
 DEAD_SCAN = 5000  # newest failed jobs the dead letter groups, until the store groups them
-RUNNING_MAX = 1000  # running jobs the workers page lists (past that: counts only)
 LIVE_TTL = 1.0  # seconds a live read is shared between the tabs that poll it
 
 
@@ -133,32 +133,6 @@ class DeadFilter:
     name: str | None = None
     error_line: str | None = None  # the exact last line of the error
     contains: str | None = None  # a substring of the error
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerView:
-    """One live worker and the jobs it runs now (None: too many running jobs to list)."""
-
-    info: WorkerInfo
-    running: tuple[Job, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleView:
-    """One schedule: stored, declared by this App, or both."""
-
-    schedule: Schedule
-    stored: bool
-    declared: bool
-
-    @property
-    def state(self) -> str:
-        """``active``, ``paused``, ``inactive`` (no longer declared) or ``not stored yet``."""
-        if not self.stored:
-            return "not stored yet"
-        if not self.schedule.active:
-            return "inactive"
-        return "paused" if self.schedule.paused else "active"
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,31 +384,15 @@ def dead_count(app: App, flt: DeadFilter) -> int:
     return len(_failed_jobs(app, flt, DEAD_SCAN))
 
 
-def workers(app: App) -> list[WorkerView]:
-    """Live workers with the jobs each runs now (three store calls: workers, counts, one listing
-    of the running jobs)."""
-    live = sorted(app.workers(), key=lambda w: (w.host, w.pid, w.id))
-    if not live:
-        return []
-    running = sum(s.counts.get("running", 0) for s in app.stats())
-    if running > RUNNING_MAX:
-        return [WorkerView(w, None) for w in live]
-    by_worker: dict[str, list[Job]] = {}
-    if running:
-        for job in app.jobs(status="running", limit=running + 50):
-            if job.worker_id is not None:
-                by_worker.setdefault(job.worker_id, []).append(job)
-    return [WorkerView(w, tuple(by_worker.get(w.id, ()))) for w in live]
+def workers(app: App) -> tuple[views.WorkerRow, ...]:
+    """Live workers with the jobs each runs now (the read model's: workers, counts, one listing
+    of the running jobs; ``running`` None past :data:`jobyard.views.MAX_RUNNING_LISTED`)."""
+    return views.worker_rows(app, running=True)
 
 
-def schedules(app: App) -> list[ScheduleView]:
-    """Stored schedules (one store call), then the declared ones not stored yet."""
-    stored = app.stored_schedules()
-    declared = app.declared_schedules
-    views = [ScheduleView(s, True, s.name in declared) for s in stored]
-    known = {s.name for s in stored}
-    views += [ScheduleView(declared[n], False, True) for n in sorted(set(declared) - known)]
-    return views
+def schedules(app: App) -> tuple[views.ScheduleRow, ...]:
+    """Stored schedules, then the declared ones not stored yet (the read model's)."""
+    return views.schedules(app)
 
 
 # --- moves -------------------------------------------------------------------------------------

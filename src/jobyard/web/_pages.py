@@ -15,9 +15,9 @@ from ..errors import ConfigurationError
 from ..job import Job
 from ..workflow import StepNode, Workflow
 from . import _data
-from ._asgi import Site
 from ._chart import chart, sparkline
 from ._render import markup
+from ._site import Site
 
 RANGES = {"hour": (3600.0, 60), "day": (86400.0, 900)}  # since, step (seconds)
 TREE_MAX = 500  # nodes of a workflow's tree a job's page shows
