@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The dashboard's browser tests use Debian's chromium (.ci/services); Playwright never downloads one.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .PHONY: demo test lint typecheck services bench clean install-check
 

@@ -92,6 +92,7 @@ LOGGERS = (
     "jobyard.redis",
     "jobyard.redis.consumers",
     "jobyard.store",
+    "jobyard.web",
     "jobyard.worker",
 )
 

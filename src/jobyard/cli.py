@@ -72,7 +72,7 @@ def cli(ctx: click.Context) -> None:
     APP is module:attribute, e.g. myproject.tasks:app. The store is the App's URL
     ($JOBYARD_URL, else sqlite:///jobyard.db).
     """
-    if ctx.invoked_subcommand != "worker":  # the worker sets up logging from --log-level
+    if ctx.invoked_subcommand not in ("worker", "dashboard"):  # they set up their own logging
         # A one-shot command reports its outcome, not a store client's retries along the way.
         debug = bool(os.environ.get("JOBYARD_DEBUG"))
         logging.basicConfig(
@@ -820,6 +820,97 @@ def _ticks(sched: views.ScheduleRow) -> str:
         every = sched.every
         return f"every {every:g}s" if isinstance(every, float | int) else f"every {every!r}"
     return sched.cron if sched.timezone == "UTC" else f"{sched.cron} ({sched.timezone})"
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _loopback(host: str) -> bool:
+    """True for an address only this machine can reach."""
+    import ipaddress
+
+    if host.lower() in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@cli.command()
+@click.argument("app_ref", metavar="APP")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8181, show_default=True)
+@click.option(
+    "--token",
+    envvar="JOBYARD_DASHBOARD_TOKEN",
+    default=None,
+    help="Every request must carry it (the sign-in page asks for it); required on any address"
+    " but a loopback one. Also $JOBYARD_DASHBOARD_TOKEN.",
+)
+@click.option(
+    "--read-token",
+    envvar="JOBYARD_DASHBOARD_READ_TOKEN",
+    default=None,
+    help="A second token that may only look. Also $JOBYARD_DASHBOARD_READ_TOKEN.",
+)
+@click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0.5),
+    default=3.0,
+    show_default=True,
+    help="Seconds between updates of the live parts while a tab is visible.",
+)
+def dashboard(
+    app_ref: str,
+    host: str,
+    port: int,
+    token: str | None,
+    read_token: str | None,
+    read_only: bool,
+    refresh: float,
+) -> None:
+    """Serve the dashboard of APP (the web extra: pip install 'jobyard[web]').
+
+    It binds 127.0.0.1 by default; any other address needs --token (or
+    $JOBYARD_DASHBOARD_TOKEN). Every action is logged on the jobyard.web logger."""
+    token = token or None
+    read_token = read_token or None
+    if not _loopback(host) and token is None and read_token is None:
+        raise click.UsageError(
+            f"refusing to serve the dashboard on {host} without a token: anyone who reaches it"
+            " could retry, cancel and purge jobs; give --token or set JOBYARD_DASHBOARD_TOKEN"
+            " (or bind 127.0.0.1)"
+        )
+    from .web import create_app
+
+    app = _app(app_ref)
+    try:
+        asgi: Any = create_app(
+            app, token=token, read_only=read_only, read_token=read_token, refresh=refresh
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if token is None and read_token is None:
+        from .web._auth import only_hosts
+
+        # No token: only this machine's own names, so that no other site's page can reach it
+        # through a DNS name that points at 127.0.0.1 (DNS rebinding).
+        asgi = only_hosts(asgi, (*LOOPBACK_HOSTS, host))
+    logging.basicConfig(
+        level=logging.ERROR, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    logging.getLogger("jobyard.web").setLevel(logging.INFO)
+    import uvicorn
+
+    shown = f"[{host}]" if ":" in host else host
+    access = "read-only" if read_only else ("token required" if token or read_token else "open")
+    click.echo(
+        f"jobyard dashboard on http://{shown}:{port}/ ({access}; store {mask_url(app.url)})",
+        err=True,
+    )
+    uvicorn.run(asgi, host=host, port=port, log_level="warning", access_log=False)
 
 
 @cli.command()

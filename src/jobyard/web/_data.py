@@ -1,0 +1,526 @@
+"""Every read and move the dashboard makes, in one place, through the :class:`jobyard.App`.
+
+Each page asks these functions only, never the App or the store directly, so that each can be
+pointed at a better read when the store gains one, and so the number of store calls a page makes
+can be read here: every function makes a fixed, small number of calls, never one per row.
+
+Where the store has no read for a question yet, the answer here is a bounded scan of the newest
+jobs (:data:`SCAN_MAX`), and says so (``scanned``), so the page can say what it looked at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .. import views
+from .._secrets import mask_url
+from ..app import App
+from ..backends.base import STATUSES, QueueConfig, QueueStats
+from ..errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
+from ..job import Job, Status, check_name
+from ..workflow import Workflow
+
+T = TypeVar("T")
+
+PAGE = 50  # jobs per page of a listing
+SCAN_MAX = 2000  # newest jobs a filter the store cannot answer looks through
+DEAD_SCAN = 5000  # newest failed jobs the dead letter groups, until the store groups them
+LIVE_TTL = 1.0  # seconds a live read is shared between the tabs that poll it
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Jobs that ended in ``[start, start + step)``: completed, and failed into the dead
+    letter."""
+
+    start: float
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue on the overview."""
+
+    name: str
+    counts: dict[str, int]
+    completed_last_minute: int
+    failed_last_minute: int | None  # None: the store keeps no history yet
+    oldest_pending_age: float | None  # seconds; None: none pending, or not known
+    paused: bool
+    max_concurrency: int | None
+    config: QueueConfig | None
+    history: tuple[Bucket, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The overview: every queue, the totals and the chart's history."""
+
+    now: float
+    queues: tuple[QueueView, ...]
+    totals: dict[str, int]
+    workers: int
+    history: tuple[Bucket, ...]  # of the queue the chart shows (all when none is chosen)
+    step: int  # seconds per bucket
+    has_history: bool  # the store keeps a throughput history
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What the jobs page lists: every field optional."""
+
+    queue: str | None = None
+    status: str | None = None
+    name: str | None = None
+    arg_path: tuple[str, ...] = ()  # ("customer_id",) for args.customer_id; ("0",) positional
+    arg_value: Any = None
+    contains: str | None = None  # a substring of the arguments' JSON
+
+    @property
+    def scans(self) -> bool:
+        """True when the store cannot answer the filter and the newest jobs are scanned."""
+        return bool(self.arg_path) or bool(self.contains)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a listing, newest first, and the cursor of the next (older) page."""
+
+    jobs: tuple[Job, ...]
+    next_cursor: str | None
+    scanned: int | None = None  # jobs looked through, when the filter was a scan
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Failed jobs of one name whose errors end with the same line."""
+
+    name: str
+    queue: str
+    error_line: str
+    count: int
+    newest: float  # finished_at of the newest, epoch seconds
+    oldest: float
+    sample_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """The dead letter, grouped, and the failed jobs matching the filter (newest first)."""
+
+    groups: tuple[DeadGroup, ...]
+    total_failed: int  # every failed job in the store (of the queue filter)
+    scanned: int  # failed jobs looked through
+    complete: bool  # every failed job was looked through
+    newest: tuple[Job, ...] = ()  # the newest failed jobs the filter matches (a page)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadFilter:
+    """Which failed jobs a dead-letter action or listing means."""
+
+    queue: str | None = None
+    name: str | None = None
+    error_line: str | None = None  # the exact last line of the error
+    contains: str | None = None  # a substring of the error
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    """What the header says about the store."""
+
+    url: str  # credentials masked
+    kind: str
+
+
+# --- a short cache for what many tabs poll ------------------------------------------------------
+
+
+@dataclass
+class LiveCache:
+    """Reads shared for :data:`LIVE_TTL` seconds between the tabs polling the same page, so five
+    open tabs cost the store about what one costs."""
+
+    ttl: float = LIVE_TTL
+    _items: dict[Any, tuple[float, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, key: Any, read: Callable[[], T]) -> T:
+        """The value read for ``key`` less than ``ttl`` seconds ago, else ``read()``."""
+        now = time.monotonic()
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None and now - hit[0] < self.ttl:
+                return hit[1]  # type: ignore[no-any-return]
+        value = read()
+        with self._lock:
+            if len(self._items) > 256:
+                self._items.clear()
+            self._items[key] = (time.monotonic(), value)
+        return value
+
+    def clear(self) -> None:
+        """Forget everything (after an action, so the next page shows its effect)."""
+        with self._lock:
+            self._items.clear()
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+def store_view(app: App) -> StoreView:
+    """The store's URL (masked) and kind; no store call."""
+    url = mask_url(app.url)
+    return StoreView(url, url.split("://", 1)[0].lower())
+
+
+def queue_names(app: App, stats: Sequence[QueueStats] | None = None) -> list[str]:
+    """Every queue with jobs, settings, or a job of the app using it (two store calls)."""
+    names = {s.queue for s in (app.stats() if stats is None else stats)}
+    names |= {c.name for c in app.queues()} | {jf.opts.queue for jf in app.registry.values()}
+    return sorted(names)
+
+
+def history(app: App, since: float, step: int) -> dict[str | None, tuple[Bucket, ...]] | None:
+    """Completed and failed jobs per ``step`` seconds over the last ``since`` seconds, per queue
+    and (key None) in all; None when the store keeps no throughput history yet."""
+    del app, since, step  # the store's throughput read (issue 19) is not there yet
+    return None
+
+
+def oldest_pending(app: App, queues: Sequence[str]) -> dict[str, float]:
+    """Seconds each queue's oldest pending job has waited, where known (none yet: the store
+    has no cheap read for it, and a listing would walk every pending job)."""
+    del app, queues
+    return {}
+
+
+def overview(app: App, chart_queue: str | None, since: float, step: int) -> Overview:
+    """The overview's data: five store calls (stats, queue settings, workers, clock, history)."""
+    stats = app.stats()
+    configs = {c.name: c for c in app.queues()}
+    by_queue = {s.queue: s for s in stats}
+    names = sorted(set(by_queue) | set(configs) | {f.opts.queue for f in app.registry.values()})
+    workers = len(app.workers())
+    now = app.backend.clock_now()
+    hist = history(app, since, step)
+    ages = oldest_pending(app, names)
+    rows = []
+    totals = dict.fromkeys(STATUSES, 0)
+    for name in names:
+        st = by_queue.get(name)
+        counts = {s: (st.counts.get(s, 0) if st else 0) for s in STATUSES}
+        for s, n in counts.items():
+            totals[s] += n
+        cfg = configs.get(name)
+        series = () if hist is None else hist.get(name, ())
+        last_failed = None if hist is None else (series[-1].failed if series else 0)
+        rows.append(
+            QueueView(
+                name=name,
+                counts=counts,
+                completed_last_minute=st.completed_last_minute if st else 0,
+                failed_last_minute=last_failed,
+                oldest_pending_age=ages.get(name),
+                paused=cfg is not None and cfg.paused,
+                max_concurrency=None if cfg is None else cfg.max_concurrency,
+                config=cfg,
+                history=series,
+            )
+        )
+    chart = () if hist is None else hist.get(chart_queue, ())
+    return Overview(now, tuple(rows), totals, workers, chart, step, hist is not None)
+
+
+def find_job(app: App, text: str) -> Job | None:
+    """The job whose id is ``text``, else None (one store call)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return app.get(text)
+    except JobNotFound:
+        return None
+
+
+def find_by_key(app: App, key: str) -> list[Job]:
+    """Jobs holding idempotency key ``key``, newest first (a scan of the newest jobs until the
+    store can look a key up)."""
+    found = [j for j in app.jobs(limit=SCAN_MAX) if j.idempotency_key == key]
+    return found[:PAGE]
+
+
+def _offset(cursor: str | None) -> int:
+    """The position a cursor of today's listing stands for (the store lists by offset only;
+    a cursor keeps the pages' links stable when it gains a keyset read)."""
+    if not cursor:
+        return 0
+    try:
+        value = int(cursor, 16)
+    except ValueError:
+        raise ConfigurationError(f"invalid cursor {cursor!r}") from None
+    if value < 0:
+        raise ConfigurationError(f"invalid cursor {cursor!r}")
+    return value
+
+
+def list_jobs(app: App, flt: JobFilter, cursor: str | None, limit: int = PAGE) -> JobPage:
+    """A page of jobs matching ``flt``, newest first (one store call)."""
+    if flt.scans:
+        found = app.jobs(queue=flt.queue, status=flt.status, name=flt.name, limit=SCAN_MAX)
+        matched = [j for j in found if _arg_matches(j, flt)]
+        start = _offset(cursor)
+        page = matched[start : start + limit]
+        more = len(matched) > start + limit
+        return JobPage(tuple(page), format(start + limit, "x") if more else None, len(found))
+    start = _offset(cursor)
+    jobs = app.jobs(
+        queue=flt.queue, status=flt.status, name=flt.name, limit=limit + 1, offset=start
+    )
+    more = len(jobs) > limit
+    return JobPage(tuple(jobs[:limit]), format(start + limit, "x") if more else None)
+
+
+def _arg_matches(job: Job, flt: JobFilter) -> bool:
+    if flt.contains:
+        text = json.dumps({"args": list(job.args), "kwargs": job.kwargs}, ensure_ascii=False)
+        if flt.contains not in text:
+            return False
+    if flt.arg_path:
+        value: Any = {**dict(enumerate(job.args)), **job.kwargs}
+        for part in flt.arg_path:
+            if isinstance(value, dict):
+                key: Any = part
+                if key not in value and part.isdigit():
+                    key = int(part)
+                if key not in value:
+                    return False
+                value = value[key]
+            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+            else:
+                return False
+        return bool(value == flt.arg_value and type(value) is type(flt.arg_value)) or (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and isinstance(flt.arg_value, int | float)
+            and not isinstance(flt.arg_value, bool)
+            and value == flt.arg_value
+        )
+    return True
+
+
+def job_detail(app: App, job_id: str) -> tuple[Job, Workflow | None]:
+    """A job and its workflow (two store calls at most); JobNotFound if there is none."""
+    job = app.get(job_id)
+    flow = app.workflow(job.workflow_id) if job.workflow_id else None
+    return job, flow
+
+
+def last_line(error: str | None) -> str:
+    """The last non-empty line of an error: the exception and its message (how the dead letter
+    groups)."""
+    if not error:
+        return ""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _failed_jobs(app: App, flt: DeadFilter, limit: int) -> list[Job]:
+    jobs = app.jobs(queue=flt.queue, status="failed", name=flt.name, limit=limit)
+    return [j for j in jobs if _dead_matches(j, flt)]
+
+
+def _dead_matches(job: Job, flt: DeadFilter) -> bool:
+    if flt.error_line is not None and last_line(job.error) != flt.error_line:
+        return False
+    return not flt.contains or flt.contains in (job.error or "")
+
+
+def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
+    """The failed jobs grouped by name and last error line, biggest group first (two store
+    calls: the counts and one listing of up to :data:`DEAD_SCAN` failed jobs)."""
+    stats = app.stats((flt.queue,) if flt.queue else ())
+    total = sum(s.counts.get("failed", 0) for s in stats)
+    jobs = app.jobs(queue=flt.queue, status="failed", name=flt.name, limit=DEAD_SCAN)
+    groups: dict[tuple[str, str, str], list[Job]] = {}
+    matching: list[Job] = []
+    for job in jobs:
+        if _dead_matches(job, flt):
+            if len(matching) < PAGE:
+                matching.append(job)
+            groups.setdefault((job.name, job.queue, last_line(job.error)), []).append(job)
+    out = []
+    for (name, queue, line), members in groups.items():
+        times = [(j.finished_at or j.created_at).timestamp() for j in members]
+        out.append(
+            DeadGroup(name, queue, line, len(members), max(times), min(times), members[0].id)
+        )
+    out.sort(key=lambda g: (-g.count, -g.newest))
+    complete = len(jobs) < DEAD_SCAN
+    return DeadLetter(tuple(out), total, len(jobs), complete, tuple(matching))
+
+
+def dead_jobs(app: App, flt: DeadFilter, limit: int = PAGE) -> list[Job]:
+    """The newest failed jobs matching ``flt`` (one store call)."""
+    return _failed_jobs(app, flt, DEAD_SCAN)[:limit]
+
+
+def dead_count(app: App, flt: DeadFilter) -> int:
+    """How many failed jobs ``flt`` matches (what a bulk action would touch)."""
+    if flt.name is None and flt.error_line is None and not flt.contains:
+        stats = app.stats((flt.queue,) if flt.queue else ())
+        return sum(s.counts.get("failed", 0) for s in stats)
+    return len(_failed_jobs(app, flt, DEAD_SCAN))
+
+
+def workers(app: App) -> tuple[views.WorkerRow, ...]:
+    """Live workers with the jobs each runs now (the read model's: workers, counts, one listing
+    of the running jobs; ``running`` None past :data:`jobyard.views.MAX_RUNNING_LISTED`)."""
+    return views.worker_rows(app, running=True)
+
+
+def schedules(app: App) -> tuple[views.ScheduleRow, ...]:
+    """Stored schedules, then the declared ones not stored yet (the read model's)."""
+    return views.schedules(app)
+
+
+# --- moves -------------------------------------------------------------------------------------
+
+
+def retry_jobs(app: App, ids: Sequence[str]) -> tuple[int, list[str]]:
+    """Retry each job; (how many were re-driven, why the others were not)."""
+    done, problems = 0, []
+    for job_id in ids:
+        try:
+            app.retry(job_id)
+            done += 1
+        except (InvalidTransition, JobNotFound, DuplicateJob, ConfigurationError) as exc:
+            problems.append(str(exc))  # said, and the rest go on
+    return done, problems
+
+
+def retry_dead(app: App, flt: DeadFilter) -> tuple[int, list[str]]:
+    """Retry every failed job ``flt`` matches, a page at a time until none is left."""
+    total, problems = 0, list[str]()
+    tried: set[str] = set()
+    while True:
+        batch = [j.id for j in _failed_jobs(app, flt, DEAD_SCAN) if j.id not in tried]
+        if not batch:
+            return total, problems
+        tried.update(batch)
+        done, more = retry_jobs(app, batch)
+        total += done
+        problems += more
+
+
+def purge_dead(app: App, flt: DeadFilter) -> int:
+    """Delete every failed job of ``flt.queue`` (or of every queue). A filter on the name or the
+    error cannot be purged yet: the store deletes by status and queue only."""
+    if flt.name is not None or flt.error_line is not None or flt.contains:
+        raise ConfigurationError(
+            "purging failed jobs by name or error is not possible yet: filter by queue only"
+        )
+    return int(app.purge(("failed",), queue=flt.queue))
+
+
+def cancel(app: App, job_id: str, by: str) -> Job:
+    """Cancel a job (a running one gets a request)."""
+    return app.cancel(job_id, by=by)
+
+
+def cancel_workflow(app: App, workflow_id: str, by: str) -> Workflow:
+    """Cancel what has not run yet of a workflow; ask its running jobs to stop."""
+    return app.cancel_workflow(workflow_id, by=by)
+
+
+def pause_queue(app: App, name: str, paused: bool) -> None:
+    """Pause or resume a queue, keeping its other settings."""
+    app.pause_queue(name, paused)
+
+
+def set_max_concurrency(app: App, name: str, value: int | None) -> None:
+    """Change a queue's ``max_concurrency`` (None: unlimited), keeping its other settings."""
+    check_name("queue", name)
+    if value is not None and value < 1:
+        raise ConfigurationError(f"max_concurrency must be at least 1, got {value}")
+    stored = {q.name: q for q in app.queues()}.get(name, QueueConfig(name))
+    app.backend.queues_configure(dataclasses.replace(stored, max_concurrency=value))
+
+
+def pause_schedule(app: App, name: str, paused: bool) -> None:
+    """Pause or resume a stored schedule."""
+    if paused:
+        app.pause_schedule(name)
+    else:
+        app.resume_schedule(name)
+
+
+def run_schedule_now(app: App, name: str) -> str:
+    """Enqueue a stored schedule's job now, outside its ticks; the new job's id. A job with its
+    own idempotency key held by a pending job returns that job instead."""
+    stored = {s.name: s for s in app.stored_schedules()}.get(name)
+    if stored is None:
+        raise ConfigurationError(f"no stored schedule named {name!r}")
+    new = dataclasses.replace(stored.job, delay=0.0, run_at=None)
+    inserted = app._enqueue.insert([new])  # the App's one way down (hooks included)
+    return inserted[0].id
+
+
+def job_names(app: App) -> list[str]:
+    """The jobs this app registers, by name."""
+    return sorted(app.registry)
+
+
+def enqueue(
+    app: App,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    options: dict[str, Any],
+) -> tuple[str, bool]:
+    """Enqueue job ``name`` checked against its handler's signature as ``jobyard enqueue`` does;
+    (its id, whether it was created). ``ConfigurationError`` names what does not fit."""
+    fn = app.registry.get(name)
+    if fn is None:
+        known = ", ".join(sorted(app.registry)) or "none"
+        raise ConfigurationError(f"this app has no job named {name!r} (its jobs: {known})")
+    queue = options.get("queue")
+    if queue is not None:
+        queues = {f.opts.queue for f in app.registry.values()}
+        if queue not in queues:
+            used = ", ".join(sorted(queues))
+            raise ConfigurationError(
+                f"no job of this app uses queue {queue!r} (its queues: {used})"
+            )
+    try:
+        fn.check_call(args, kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"the arguments do not fit {exc}") from None
+    try:
+        handle = fn.options(**options).enqueue(*args, **kwargs)
+    except TypeError as exc:  # an argument that is not JSON
+        raise ConfigurationError(str(exc)) from None
+    return handle.id, handle.created
+
+
+def status_of(value: str | None) -> str | None:
+    """A status filter, checked (ConfigurationError names the choices)."""
+    if not value:
+        return None
+    try:
+        return Status(value).value
+    except ValueError:
+        raise ConfigurationError(
+            f"unknown status {value!r}: one of {', '.join(STATUSES)}"
+        ) from None

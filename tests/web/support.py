@@ -1,0 +1,60 @@
+"""Serving the dashboard in a test: uvicorn on a thread, on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on, on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(asgi: Any) -> Iterator[str]:
+    """``asgi`` served on 127.0.0.1 until the block ends; yields its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="dashboard", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the dashboard did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+class Counting:
+    """A real store, with its calls counted (what a page costs in round trips)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._backend, name)
+        if callable(value) and not name.startswith("_"):
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.calls.append(name)
+                return value(*args, **kwargs)
+
+            return counted
+        return value

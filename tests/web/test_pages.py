@@ -1,0 +1,197 @@
+"""What the pages show and what their actions do, on every store, through the test client; and
+that each page makes a bounded number of store calls however many jobs the store holds."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import jobyard
+import jobyard.testing
+
+from .conftest import csrf_of
+from .support import Counting
+
+
+def test_jobs_filter_by_queue_status_name_and_argument(board: jobyard.App, client_for: Any) -> None:
+    flaky = board.registry["flaky"]
+    ids = [flaky.enqueue(f"t{i}", customer_id=40 + i).id for i in range(4)]
+    jobyard.testing.drain(board)
+    pending = board.registry["tick"].enqueue("p").id
+    client = client_for(board)
+    failed = client.get("/jobs?status=failed").text
+    assert all(f">{i}<" in failed for i in ids) and f">{pending}<" not in failed
+    one = client.get("/jobs?arg=args.customer_id+%3D+42").text
+    assert f">{ids[2]}<" in one and f">{ids[1]}<" not in one
+    assert f">{ids[3]}<" in client.get("/jobs?arg=t3").text
+    assert f">{pending}<" in client.get("/jobs?queue=pausable").text
+    assert "No job matches" in client.get("/jobs?name=canary").text
+    r = client.get(f"/jobs?find={ids[0]}")
+    assert r.status_code == 303 and r.headers["location"].endswith(f"/jobs/{ids[0]}")
+    assert client.get("/jobs?status=bogus").status_code == 400
+
+
+def test_jobs_page_by_cursor_newest_first(board: jobyard.App, client_for: Any) -> None:
+    ids = [h.id for h in board.registry["tick"].enqueue_many([((f"{i}",), {}) for i in range(60)])]
+    client = client_for(board)
+    first = client.get("/jobs").text
+    shown = re.findall(r'class="id"><a href="[^"]+">([^<]+)<', first)
+    assert shown == list(reversed(ids))[:50]
+    older = re.search(r'href="(\?cursor=[^"]+)" rel="next"', first)
+    assert older is not None
+    second = client.get("/jobs" + older.group(1).replace("&amp;", "&")).text
+    rest = re.findall(r'class="id"><a href="[^"]+">([^<]+)<', second)
+    assert rest == list(reversed(ids))[50:]
+    assert 'rel="next"' not in second
+
+
+def test_a_failed_job_shows_its_traceback_and_retry(board: jobyard.App, client_for: Any) -> None:
+    job_id = board.registry["flaky"].enqueue("tb").id
+    jobyard.testing.drain(board)
+    client = client_for(board)
+    page = client.get(f"/jobs/{job_id}").text
+    assert "Traceback (most recent call last)" in page
+    assert "RuntimeError: not fixed yet: tb" in page
+    assert 'action="/actions/retry"' in page
+    assert "1 of 1" in page
+
+
+def test_dead_letter_groups_and_retries_a_group_after_saying_how_many(
+    board: jobyard.App, client_for: Any, sink: Path
+) -> None:
+    flaky = board.registry["flaky"]
+    for tag in ("a", "a", "a", "b"):
+        flaky.enqueue(tag)
+    jobyard.testing.drain(board)
+    client = client_for(board)
+    page = client.get("/dead").text
+    assert re.search(r'class="num strong">3<.*?not fixed yet: a', page, re.S)
+    assert re.search(r'class="num strong">1<.*?not fixed yet: b', page, re.S)
+    confirm = client.get(
+        "/dead/confirm?action=retry&queue=flaky&name=flaky&error=RuntimeError%3A+not+fixed+yet%3A+a"
+    ).text
+    assert 'data-count="3"' in confirm
+    r = client.post(
+        "/actions/dead",
+        data={
+            "csrf": csrf_of(client),
+            "op": "retry",
+            "queue": "flaky",
+            "name": "flaky",
+            "error": "RuntimeError: not fixed yet: a",
+            "expected": "3",
+        },
+    )
+    assert r.status_code == 303
+    statuses = sorted(j.status.value for j in board.jobs(name="flaky"))
+    assert statuses == ["failed", "pending", "pending", "pending"]
+    assert "Retried 3 failed job(s)" in client.get("/dead").text  # the message after it
+
+
+def test_purge_of_the_dead_letter_says_how_many_first(board: jobyard.App, client_for: Any) -> None:
+    for tag in ("a", "b"):
+        board.registry["flaky"].enqueue(tag)
+    jobyard.testing.drain(board)
+    client = client_for(board)
+    assert 'data-count="2"' in client.get("/dead/confirm?action=purge&queue=flaky").text
+    assert client.get("/dead/confirm?action=purge&name=flaky").status_code == 400
+    r = client.post("/actions/dead", data={"csrf": csrf_of(client), "op": "purge", "queue": ""})
+    assert r.status_code == 303
+    assert board.jobs(status="failed") == []
+
+
+def test_queue_pause_resume_and_max_concurrency_keep_the_rest(
+    board: jobyard.App, client_for: Any
+) -> None:
+    board.configure_queue("pausable", max_pending=100, max_attempts=2)
+    client = client_for(board)
+    csrf = csrf_of(client)
+    client.post("/actions/queue", data={"csrf": csrf, "queue": "pausable", "op": "pause"})
+    client.post(
+        "/actions/queue",
+        data={"csrf": csrf, "queue": "pausable", "op": "concurrency", "value": "3"},
+    )
+    cfg = {q.name: q for q in board.queues()}["pausable"]
+    assert (cfg.paused, cfg.max_concurrency, cfg.max_pending, cfg.max_attempts) == (True, 3, 100, 2)
+    assert "paused" in client.get("/").text
+    r = client.post(
+        "/actions/queue",
+        data={"csrf": csrf, "queue": "pausable", "op": "concurrency", "value": "lots"},
+    )
+    assert r.status_code == 400 and "whole number" in r.text
+    client.post("/actions/queue", data={"csrf": csrf, "queue": "pausable", "op": "resume"})
+    cfg = {q.name: q for q in board.queues()}["pausable"]
+    assert (cfg.paused, cfg.max_concurrency, cfg.max_pending) == (False, 3, 100)
+
+
+def test_enqueue_checks_the_signature_and_keeps_what_was_typed(
+    board: jobyard.App, client_for: Any
+) -> None:
+    client = client_for(board)
+    csrf = csrf_of(client)
+    r = client.post(
+        "/actions/enqueue",
+        data={"csrf": csrf, "job": "flaky", "args": '["x"]', "kwargs": '{"nope": 1}'},
+    )
+    assert r.status_code == 400 and "do not fit" in r.text and "nope" in r.text
+    assert board.jobs(name="flaky") == []
+    r = client.post("/actions/enqueue", data={"csrf": csrf, "job": "flaky", "args": "[x"})
+    assert r.status_code == 400 and "not JSON" in r.text
+    r = client.post(
+        "/actions/enqueue",
+        data={"csrf": csrf, "job": "flaky", "args": '["x"]', "kwargs": '{"customer_id": 7}'},
+    )
+    assert r.status_code == 303
+    (job,) = board.jobs(name="flaky")
+    assert job.args == ("x",) and job.kwargs == {"customer_id": 7}
+    assert r.headers["location"].endswith(f"/jobs/{job.id}")
+
+
+def test_schedules_pause_resume_and_run_now(board: jobyard.App, client_for: Any) -> None:
+    board.schedule(every=3600, job=board.registry["tick"], args=["s"], name="hourly")
+    board.sync_schedules()
+    client = client_for(board)
+    csrf = csrf_of(client)
+    assert "hourly" in client.get("/schedules").text
+    client.post("/actions/schedule", data={"csrf": csrf, "name": "hourly", "op": "pause"})
+    assert board.stored_schedules()[0].paused
+    r = client.post("/actions/schedule", data={"csrf": csrf, "name": "hourly", "op": "run"})
+    assert r.status_code == 303
+    (job,) = board.jobs(name="tick")
+    assert job.args == ("s",) and job.status == "pending"
+    client.post("/actions/schedule", data={"csrf": csrf, "name": "hourly", "op": "resume"})
+    assert not board.stored_schedules()[0].paused
+
+
+def test_each_page_makes_the_same_few_store_calls_however_many_jobs(
+    board: jobyard.App, client_for: Any
+) -> None:
+    def calls_per_page(extra_jobs: int) -> dict[str, int]:
+        flaky = board.registry["flaky"]
+        flaky.enqueue_many([((f"n{i}",), {"customer_id": i}) for i in range(extra_jobs)])
+        jobyard.testing.drain(board)
+        wf = jobyard.group(board.registry["tick"].s("g")).then(board.registry["join"].s())
+        flow = wf.enqueue()
+        job_id = board.jobs(name="flaky", limit=1)[0].id
+        counting = Counting(board.backend)
+        board._backend = counting  # type: ignore[assignment]
+        client = client_for(board)
+        client.app.state.jobyard_site.cache.ttl = 0.0  # count every read, none shared
+        out = {}
+        try:
+            for path in (
+                "/", "/jobs", "/jobs?status=failed", f"/jobs/{job_id}", f"/jobs/{flow.ids[-1]}",
+                "/dead", "/workers", "/schedules", "/enqueue", "/?fragment=live",
+            ):  # fmt: skip
+                counting.calls.clear()
+                assert client.get(path).status_code == 200, path
+                out[path.replace(job_id, "J").replace(flow.ids[-1], "W")] = len(counting.calls)
+        finally:
+            board._backend = counting._backend
+        return out
+
+    few = calls_per_page(3)
+    many = calls_per_page(60)
+    assert few == many
+    assert max(many.values()) <= 6, many
