@@ -1,7 +1,7 @@
-"""Reading the SQL the SQLite and PostgreSQL stores ship beside their code: ``queries.sql``
-(statements in ``-- name: NAME`` blocks) and ``migrations/NNNN_name.sql``. Read with
-:mod:`importlib.resources`, so they load from a wheel, a zip or a checkout alike; no SQL is ever
-assembled from Python strings."""
+"""Reading the SQL the SQLite and PostgreSQL stores ship beside their code: ``queries.sql`` or
+``queries/*.sql`` (statements in ``-- name: NAME`` blocks) and ``migrations/NNNN_name.sql``.
+Read with :mod:`importlib.resources`, so they load from a wheel, a zip or a checkout alike; no
+SQL is ever assembled from Python strings."""
 
 from __future__ import annotations
 
@@ -64,9 +64,26 @@ def expand_fragments(blocks: dict[str, str]) -> dict[str, str]:
 
 
 def read_queries(package: str) -> dict[str, str]:
-    """The named blocks of ``package``'s ``queries.sql``, fragments filled in."""
-    text = resources.files(package).joinpath("queries.sql").read_text("utf-8")
-    return expand_fragments(parse_blocks(text))
+    """The named blocks of ``package``'s SQL, fragments filled in: its ``queries.sql``, or every
+    ``queries/*.sql`` (one file per noun; a fragment may be used in any of them). A name defined
+    in two files is an error."""
+    root = resources.files(package)
+    folder = root.joinpath("queries")
+    if folder.is_dir():
+        texts = sorted(
+            (entry.name, entry.read_text("utf-8"))
+            for entry in folder.iterdir()
+            if entry.name.endswith(".sql")
+        )
+    else:
+        texts = [("queries.sql", root.joinpath("queries.sql").read_text("utf-8"))]
+    blocks: dict[str, str] = {}
+    for file_name, text in texts:
+        for name, sql in parse_blocks(text).items():
+            if name in blocks:
+                raise ValueError(f"query {name!r} is defined twice (again in {file_name})")
+            blocks[name] = sql
+    return expand_fragments(blocks)
 
 
 def read_migrations(package: str) -> list[tuple[str, str]]:

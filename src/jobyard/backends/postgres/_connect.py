@@ -5,7 +5,7 @@ jobyard's own URL parameters are taken out before the rest goes to libpq:
 - ``schema=NAME``: every jobyard table lives in that schema (each connection's search_path);
 - ``pool_min_size=N`` / ``pool_max_size=N``: the connection pool's bounds (default 1 / 20);
 - ``worker_commit=async`` (default) or ``sync``: whether the worker's own moves (claims,
-  outcomes, renewals, reaping) skip waiting for the WAL flush; see queries.sql for why that is
+  outcomes, renewals, reaping) skip waiting for the WAL flush; see queries/README.md for why that is
   safe, and when it is not used even so.
 """
 

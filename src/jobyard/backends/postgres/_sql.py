@@ -1,5 +1,5 @@
-"""The backend's SQL, read once from the package: ``queries.sql`` (named blocks) and the
-versioned ``migrations/NNNN_name.sql`` files."""
+"""The backend's SQL, read once from the package: ``queries/*.sql`` (named blocks, a file per
+noun) and the versioned ``migrations/NNNN_name.sql`` files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ _COMMENT = re.compile(r"^\s*--.*$\n?", re.MULTILINE)
 
 @dataclass(frozen=True, slots=True)
 class Queries:
-    """Every statement of ``queries.sql``, by name. A block missing from the file, or a block
+    """Every statement of ``queries/*.sql``, by name. A block missing from the file, or a block
     no field names, fails at import: a typo cannot wait for the code path that uses it."""
 
     jobs_insert_lock: str
@@ -74,7 +74,7 @@ class Queries:
 
 
 def load_queries() -> Queries:
-    """Read and check ``queries.sql``. Comment lines are dropped: psycopg would count a
+    """Read and check ``queries/*.sql``. Comment lines are dropped: psycopg would count a
     ``%(name)s`` inside one as a parameter."""
     blocks = {
         name: _COMMENT.sub("", sql).strip() for name, sql in read_queries(__package__).items()
@@ -82,7 +82,7 @@ def load_queries() -> Queries:
     expected = {f.name for f in fields(Queries)}
     if set(blocks) != expected:
         missing, extra = sorted(expected - set(blocks)), sorted(set(blocks) - expected)
-        raise ValueError(f"queries.sql: missing blocks {missing}, unknown blocks {extra}")
+        raise ValueError(f"queries/*.sql: missing blocks {missing}, unknown blocks {extra}")
     return Queries(**blocks)
 
 

@@ -8,11 +8,11 @@
   never block one another; only claimers of a queue with a ``max_concurrency`` take turns.
 - Outcomes are settled in batches (arrays, ``unnest``), each fenced by its claim's token.
 - Inserts NOTIFY; ``jobs_wait`` sleeps on a LISTEN connection (:mod:`.listener`).
-- Time is the database's: ``coalesce(clock.now(), statement_timestamp())`` (see queries.sql).
+- Time is the database's: ``coalesce(clock.now(), statement_timestamp())`` (see queries/README.md).
 - A caller's own connection takes part in its transaction: enqueue (``connection=``) and
   completion (``connection_acquire``) commit or roll back with the caller's work.
 
-Statements live in ``queries.sql`` and run as server-side prepared statements.
+Statements live in ``queries/*.sql`` (a file per noun) and run as server-side prepared statements.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _claimed(r: Row) -> ClaimedJob:
 
 def _workflow_args(jobs: Sequence[NewJob]) -> dict[str, list[str | None]] | None:
     """The arguments jobs_insert_workflow adds for a batch with workflow steps (see
-    ``positions`` in queries.sql), or None for a plain batch (jobs_insert). Per job: its
+    ``positions`` in queries/jobs.sql), or None for a plain batch (jobs_insert). Per job: its
     workflow, the 1-based positions it waits for (``NewJob.after``) and those waiting for it,
     as array literals (None: none)."""
     if all(j.workflow_id is None and not j.after for j in jobs):
@@ -176,7 +176,7 @@ class PostgresBackend:
 
     URL parameters of jobyard's own: ``schema=NAME`` (every table in that schema; it is created
     by ``jobyard migrate``), ``pool_min_size`` and ``pool_max_size`` (default 1 and 20),
-    ``worker_commit=async|sync`` (default async: see queries.sql).
+    ``worker_commit=async|sync`` (default async: see queries/README.md).
     """
 
     # No limit: a claim is one statement beside the others, and claims capped at 128 drained
@@ -301,8 +301,8 @@ class PostgresBackend:
 
     def _insert_steps(self, jobs: Sequence[NewJob], locked: bool = True) -> list[_caller.Step]:
         """The lock statement and the insert; with ``locked`` false, the insert alone, which
-        writes nothing for a batch that needs the lock (see ``go`` in queries.sql). A batch with
-        workflow steps goes through jobs_insert_workflow."""
+        writes nothing for a batch that needs the lock (see ``go`` in queries/jobs.sql). A batch
+        with workflow steps goes through jobs_insert_workflow."""
         args: dict[str, Any] = {
             "locked": locked,
             "now": self.clock.now(),
@@ -694,10 +694,10 @@ class PostgresBackend:
         return StoreInfo("postgres")
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Vacuum the tables that churn once they pass the threshold (see queries.sql at
-        ``vacuum_jobs_pending``); one worker at a time, on an autocommit pooled connection
-        (VACUUM cannot run in a transaction). A vacuum takes no lock that blocks the moves of
-        jobs. Returns a line per table vacuumed."""
+        """Vacuum the tables that churn once they pass the threshold (see
+        ``vacuum_jobs_pending`` in queries/maintenance.sql); one worker at a time, on an
+        autocommit pooled connection (VACUUM cannot run in a transaction). A vacuum takes no
+        lock that blocks the moves of jobs. Returns a line per table vacuumed."""
         key = {"key": f"jobyard:tidy:{self._settings.lock_scope}"}
 
         def tidy(conn: Conn) -> list[str]:

@@ -1,0 +1,60 @@
+-- Maintenance: dead-row tidying and the vacuum of the tables that churn.
+-- (Conventions for every file here: README.md in this folder.)
+
+-- name: autovacuum_setting
+SELECT current_setting('autovacuum');
+
+-- name: tidy_lock
+-- A session advisory lock on the maintenance's own autocommit connection, taken without
+-- waiting: one worker vacuums at a time, the others skip their turn.
+SELECT pg_try_advisory_lock(hashtextextended(%(key)s::text, 0));
+
+-- name: tidy_unlock
+SELECT pg_advisory_unlock(hashtextextended(%(key)s::text, 0));
+
+-- name: tidy_dead
+-- Dead, live and inserted-since-the-last-vacuum rows of the tables that churn (the statistics
+-- collector's figures, flushed by each session about once a second: estimates, which is all a
+-- threshold needs).
+SELECT c.relname, s.n_dead_tup, s.n_live_tup, s.n_ins_since_vacuum
+FROM pg_stat_user_tables AS s
+JOIN pg_class AS c ON c.oid = s.relid
+WHERE s.relid IN (
+    to_regclass('jobs_waiting'), to_regclass('jobs_pending'), to_regclass('jobs_running'),
+    to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers')
+)
+ORDER BY c.relname;
+
+
+-- Every move of a job between statuses deletes its row from one partition and inserts it in
+-- another, so the waiting, pending and running partitions (and job_keys, job_counts, workers)
+-- gather a dead row per move, and the waiting one another per decrement of a join's counter.
+-- Autovacuum, where it runs and keeps up, removes them; where it is off or lags, claims wade
+-- through dead index entries and the partitions grow without bound. The
+-- worker's maintenance runs these when a table passes its threshold (StoreTidyParams) in dead
+-- rows, or in rows inserted since its last vacuum: a vacuum also records the table's size for
+-- the planner, and one that found the pending partition empty just before a large batch
+-- arrived left it believing that partition empty (every claim then chose a plan that read the
+-- whole backlog), so a partition that grew is vacuumed again soon.
+-- SKIP_LOCKED: never wait for another vacuum or a migration. INDEX_CLEANUP ON: the dead entries
+-- of the claim index are what slows claims, never leave them for later. TRUNCATE false: the
+-- final truncation would take an ACCESS EXCLUSIVE lock that blocks claims; a partition vacuumed
+-- this often reuses its free space instead.
+
+-- name: vacuum_jobs_waiting
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) jobs_waiting;
+
+-- name: vacuum_jobs_pending
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) jobs_pending;
+
+-- name: vacuum_jobs_running
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) jobs_running;
+
+-- name: vacuum_job_keys
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_keys;
+
+-- name: vacuum_job_counts
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_counts;
+
+-- name: vacuum_workers
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) workers;
