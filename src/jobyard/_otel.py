@@ -41,9 +41,11 @@ class Tracing:
         self._tracer = trace.get_tracer("jobyard")
 
     def inject(self) -> dict[str, str]:
-        """The current trace context as text (empty when there is no span)."""
+        """The current trace context as text (empty when there is no span: most enqueues of
+        a program that traces nothing pay this one look, not the propagators' work)."""
         carrier: dict[str, str] = {}
-        self._propagate.inject(carrier)
+        if self._trace.get_current_span().get_span_context().is_valid:
+            self._propagate.inject(carrier)
         return carrier
 
     def attempt(self, job: ClaimedJob, carrier: Any) -> Attempt:
