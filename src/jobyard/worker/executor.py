@@ -698,6 +698,9 @@ class Pipeline:
         return jf is not None and jf.is_async
 
     def _started(self, job: ClaimedJob) -> None:
+        # An observation for the wait histogram, not a decision the store must agree with: this
+        # host's wall clock against the store's run_at (asking the store's clock would cost a
+        # round trip per job). Hosts whose clocks drift see the figures shifted by the drift.
         waited = None if job.run_at is None else max(time.time() - job.run_at, 0.0)
         self.events.emit(Started(job.id, job.name, job.queue, job.attempts, self.worker_id, waited))
 
