@@ -7,10 +7,11 @@ in-process worker, side by side with another checkout of jobyard.
 Each round runs two fresh processes one after the other (which goes first alternates), this
 checkout's ``src`` and ``--other``'s (e.g. ``git archive`` of main's ``src`` in a temp folder),
 each: enqueue N no-op jobs with ``enqueue_many``, then time a worker (``-c 8``) draining
-them: the wall time and the process's CPU time (every thread, ``getrusage``), which a busy shared machine inflates far less
-than the wall time. ``--subscribed`` adds ``app.metrics()`` (the tally subscribed: what
-``--metrics-port`` costs). Prints per round and the medians, then the ratio new/other.
-Redis: the shared server at 127.0.0.1:6379 under a random key prefix, deleted after.
+them: the wall time and the process's CPU time (every thread, ``getrusage``), which a busy
+shared machine inflates far less than the wall time. ``--subscribed`` adds ``app.metrics()``
+(the tally subscribed: what ``--metrics-port`` costs). Prints per round and the medians, then
+the ratio new/other. Redis: the shared server at 127.0.0.1:6379 under a random key prefix,
+deleted after.
 """
 
 from __future__ import annotations
