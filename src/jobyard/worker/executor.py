@@ -777,9 +777,8 @@ class EntryRunner:
             verdict = EntryVerdict("retry", delay=r.delay)
             word, error = "retry", f"retry requested: {r.reason}"
         except Exception as exc:
-            log.exception(
-                "%s %s: handler failed on entry %s; delivered again", source, key, entry_id
-            )
+            on = f" on entry {entry_id}" if entry_id else ""
+            log.exception("%s %s: handler failed%s; delivered again", source, key, on)
             verdict = EntryVerdict("retry")
             word, error = "retry", "".join(traceback.format_exception(exc))
         else:
