@@ -39,6 +39,10 @@ class Tracing:
         self._propagate = propagate
         self._trace = trace
         self._tracer = trace.get_tracer("jobyard")
+        # What the API hands out until an SDK is configured: spans of it record nothing, so an
+        # attempt skips them (a program that has the API only through another library pays
+        # one look per attempt).
+        self._unset = trace.ProxyTracerProvider
 
     def inject(self) -> dict[str, str]:
         """The current trace context as text (empty when there is no span: most enqueues of
@@ -48,8 +52,11 @@ class Tracing:
             self._propagate.inject(carrier)
         return carrier
 
-    def attempt(self, job: ClaimedJob, carrier: Any) -> Attempt:
-        """The span of one attempt of ``job``, the child of the context it carries."""
+    def attempt(self, job: ClaimedJob, carrier: Any) -> Attempt | None:
+        """The span of one attempt of ``job``, the child of the context it carries; None while
+        no SDK is configured (nothing would record it)."""
+        if type(self._trace.get_tracer_provider()) is self._unset:
+            return None
         parent = None
         if isinstance(carrier, dict) and carrier:
             parent = self._propagate.extract({str(k): str(v) for k, v in carrier.items()})

@@ -160,7 +160,7 @@ class Span(Protocol):
 class Tracing(Protocol):
     """Makes each attempt's span, the child of the trace context its job carries."""
 
-    def attempt(self, job: ClaimedJob, carrier: Any) -> Span: ...
+    def attempt(self, job: ClaimedJob, carrier: Any) -> Span | None: ...
 
 
 Finish = Callable[[Outcome, "float | None"], None]
