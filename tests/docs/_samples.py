@@ -63,7 +63,7 @@ def blocks(page: Path) -> list[Block]:
             i += 1
             continue
         f = _FENCE.match(lines[i])
-        if f and f["info"].strip() != "" or (f and mark is not None):
+        if f and (f["info"].strip() or mark is not None):
             fence, indent = f["fence"], len(f["indent"])
             lang = f["info"].split()[0] if f["info"].strip() else ""
             body: list[str] = []

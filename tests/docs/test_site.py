@@ -23,8 +23,17 @@ def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     # Never --quiet: it hides warnings from the count that --strict fails on (the build then
     # passes with a broken link; test_a_broken_link_fails_the_build would catch that).
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict",
-         "--config-file", str(config), "--site-dir", str(site)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site),
+        ],
         cwd=config.parent,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
@@ -67,7 +76,8 @@ def test_every_relative_link_of_the_readme_exists() -> None:
     targets = [a or b for a, b in _LINK.findall(text)]
     assert len(targets) > 10
     missing = [
-        t for t in targets
+        t
+        for t in targets
         if "://" not in t and not t.startswith("#") and not (ROOT / t.split("#")[0]).exists()
     ]
     assert not missing, f"README.md links to files that do not exist: {missing}"
