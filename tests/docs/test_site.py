@@ -61,6 +61,7 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     config.update(docs_dir="docs", nav=[{"Home": "index.md"}], plugins=["search"])
     config.pop("exclude_docs", None)
+    config.pop("hooks", None)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# x\n\n[gone](no-such-page.md)\n")
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
