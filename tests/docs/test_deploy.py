@@ -159,40 +159,63 @@ def test_systemd_analyze_verifies_the_unit(tmp_path: Path) -> None:
     assert done.returncode == 0 and not lines, done.stdout + done.stderr
 
 
-def test_the_units_worker_command_drains_on_sigterm(tmp_path: Path) -> None:
-    # given the unit's own command, run here on an SQLite store, with a job running
+def _shop(tmp_path: Path) -> str:
+    """An app with a slow job in queue emails, importable from ``tmp_path``; its store URL.
+    The job touches ``started`` when its handler begins (a claimed job may still wait in a
+    worker's buffer, and a stop hands such a job back instead of running it)."""
     (tmp_path / "shop").mkdir()
     (tmp_path / "shop" / "__init__.py").touch()
     (tmp_path / "shop" / "tasks.py").write_text(
-        "import time\nimport jobyard\napp = jobyard.App()\n\n"
+        "import pathlib, time\nimport jobyard\napp = jobyard.App()\n\n"
         "@app.job(queue='emails')\ndef slow(seconds: float) -> str:\n"
+        f"    pathlib.Path({str(tmp_path / 'started')!r}).touch()\n"
         "    time.sleep(seconds)\n    return 'done'\n",
         encoding="utf-8",
     )
-    url = f"sqlite:///{tmp_path}/jobyard.db"
+    return f"sqlite:///{tmp_path}/jobyard.db"
+
+
+def _stop_while_running(tmp_path: Path, url: str, argv: list[str]) -> tuple[int, jobyard.Job]:
+    """Run ``argv`` (a jobyard command) with a 1.5 s job, SIGTERM its main process once the
+    handler runs (as KillMode=mixed, docker stop and the kubelet do), and return its exit code
+    and the job after."""
     app = jobyard.App(url)
     handle = app.by_name("slow", queue="emails").enqueue(1.5)
-    argv = unit_command("emails")
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("jobyard")), *argv[1:]],
         cwd=tmp_path,
         env={**os.environ, "JOBYARD_URL": url, "PYTHONPATH": str(tmp_path)},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: app.get(handle.id).status == "running", what="the job to start")
-        # when systemd stops it (KillSignal=SIGTERM to the main process)
+        wait_until((tmp_path / "started").exists, timeout=30, what="the handler to start")
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=grace_of(parse_command(argv)[1]))
+        return code, app.get(handle.id)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         app.close()
+
+
+def test_the_units_worker_command_drains_on_sigterm(tmp_path: Path) -> None:
+    # given the unit's own command, run here on an SQLite store, with a job running
+    url = _shop(tmp_path)
+    # when systemd stops it (KillSignal=SIGTERM to the main process)
+    code, job = _stop_while_running(tmp_path, url, unit_command("emails"))
     # then it let the running job finish, and exited cleanly well within TimeoutStopSec
-    assert code == 0, proc.stderr.read().decode() if proc.stderr else code
-    assert jobyard.App(url).get(handle.id).status == "completed"
+    assert code == 0 and job.status == "completed", (code, job.status)
+
+
+def test_worker_processes_drain_when_the_main_process_is_signalled(tmp_path: Path) -> None:
+    # given the unit's command with --processes 2 (as the thumbnails pool runs it)
+    url = _shop(tmp_path)
+    # when only the main process gets SIGTERM (KillMode=mixed; the kubelet; docker stop)
+    code, job = _stop_while_running(tmp_path, url, [*unit_command("emails"), "--processes", "2"])
+    # then it passes the signal on once and the child lets its job finish
+    assert code == 0 and job.status == "completed", (code, job.status)
 
 
 # --- Kubernetes -----------------------------------------------------------------------------
