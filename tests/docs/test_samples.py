@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -156,3 +157,29 @@ def test_the_conventions_hold_on_every_page() -> None:
     # every mark is well formed (blocks() raises otherwise) and every page has been read
     assert all(isinstance(blocks(page), list) for page in PAGES)
     assert len(SHELL_CALLS) > 10
+
+
+# --- inline commands: `jobyard worker APP [-q QUEUE]` in tables and prose ------------------------
+
+_SPAN = re.compile(r"`(jobyard [^`]+)`")
+_FLAG = re.compile(r"(?<![\w-])(--?[a-z][a-z-]*)")
+
+INLINE_CALLS = [
+    pytest.param(page, n, span, id=f"{_id(page)}:{n}")
+    for page in PAGES
+    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+    for span in _SPAN.findall(line)
+]
+
+
+@pytest.mark.parametrize(("page", "line", "span"), INLINE_CALLS)
+def test_an_inline_jobyard_command_names_real_options(page: Path, line: int, span: str) -> None:
+    where = f"{_id(page)}:{line}"
+    word = span.split()[1]
+    if word.startswith("-") or word.isupper():  # `jobyard --help`, `jobyard COMMAND --help`
+        return
+    command = cli.commands.get(word)
+    assert command is not None, f"{where}: no command `jobyard {word}` (in `{span}`)"
+    known = _options(command)
+    for flag in _FLAG.findall(span):
+        assert flag in known, f"{where}: `jobyard {word}` has no option {flag} (in `{span}`)"
