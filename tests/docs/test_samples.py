@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 import pytest
 
+import jobyard
 from jobyard.cli import cli
 from tests.conftest import make_store_url
 
@@ -183,3 +184,42 @@ def test_an_inline_jobyard_command_names_real_options(page: Path, line: int, spa
     known = _options(command)
     for flag in _FLAG.findall(span):
         assert flag in known, f"{where}: `jobyard {word}` has no option {flag} (in `{span}`)"
+
+
+# --- inline names: `jobyard.testing.drain`, `app.configure_queue(...)` exist ----------------------
+
+_NAME = re.compile(r"(?<![\w./:])@?(jobyard|app)\.([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
+LOGGERS = {"jobyard.jobs", "jobyard.worker", "jobyard.hooks", "jobyard.postgres", "jobyard.cron"}
+
+INLINE_NAMES = [
+    pytest.param(page, n, f"{root}.{path}", id=f"{_id(page)}:{n}:{root}.{path}")
+    for page in PAGES
+    for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+    for span in re.findall(r"`([^`]+)`", line)
+    if "://" not in span and not span.startswith("jobyard ")
+    for root, path in _NAME.findall(span)
+]
+
+
+def _resolve(dotted: str) -> object:
+    """The object ``jobyard.a.b`` names (modules imported on the way), or ``app.x`` on App;
+    a name a running App sets up itself (``app.url``) counts when an App instance has it."""
+    import importlib
+
+    root, *parts = dotted.split(".")
+    obj: object = jobyard.App("memory://") if root == "app" else importlib.import_module(root)
+    for i, part in enumerate(parts):
+        if not hasattr(obj, part) and root == "jobyard":
+            importlib.import_module(".".join(["jobyard", *parts[: i + 1]]))
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize(("page", "line", "dotted"), INLINE_NAMES)
+def test_an_inline_name_exists(page: Path, line: int, dotted: str) -> None:
+    if dotted in LOGGERS or dotted.endswith((".db", ".md", ".py")):
+        return
+    try:
+        _resolve(dotted)
+    except (AttributeError, ImportError) as exc:
+        pytest.fail(f"{_id(page)}:{line}: `{dotted}` does not exist: {exc}")
