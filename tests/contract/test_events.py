@@ -74,3 +74,32 @@ def test_a_worker_emits_its_events(make_app: Callable[..., jobyard.App]) -> None
     snap = app.metrics()
     assert snap.counters["lease_lost"] == {("gone", "orphan"): 1}
     assert snap.counters["failed"] == {("gone", "orphan"): 1}
+
+
+def test_schedule_ticks_are_events(make_app: Callable[..., jobyard.App]) -> None:
+    # given a schedule that fires and one that drops its missed ticks (catch_up none)
+    start = 1_800_000_000.0
+    frozen = jobyard.FrozenClock(start)
+    app = make_app(frozen)
+    app.metrics()
+
+    @app.job(queue="reports")
+    def report() -> None: ...
+
+    app.schedule(None, report, every=60, name="fires")
+    app.schedule(None, report, every=60, name="drops", catch_up="none")
+    app.sync_schedules()
+    frozen.advance(61)
+    # when the ticker runs past one tick of each, then past several missed ones
+    from jobyard.worker import recurring
+
+    recurring.tick(app.backend, app.events)
+    frozen.advance(300)
+    recurring.tick(app.backend, app.events)
+    # then each fired tick is counted, with the job it enqueued, and each drop
+    snap = app.metrics()
+    # (fires: its first tick, then the latest of the five missed; drops: its first tick, then
+    # the missed ones dropped)
+    assert snap.notes["tick_skipped"] == 1
+    assert snap.notes["tick_fired"] == 3
+    assert snap.counters["enqueued"] == {("reports", "report"): 3}
