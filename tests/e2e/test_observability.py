@@ -114,3 +114,25 @@ def test_processes_sum_their_metrics_and_log_json(
     assert sorted(j["id"] for j in last) == sorted(h.id for h in dead)
     # the error's last line, control characters escaped by JSON, not by the text filter
     assert last[0]["error"].startswith("ValueError: boom ") and last[0]["error"].endswith("\x1b[2J")
+
+
+def test_a_taken_metrics_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "jobyard", "worker", "tests.apps.obs_app:app"]
+        argv += ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]
+        out = subprocess.run(
+            argv,
+            cwd=ROOT,
+            env={**os.environ, "JOBYARD_URL": f"sqlite:///{tmp_path}/jobs.db"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode == 2
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr

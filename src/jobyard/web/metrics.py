@@ -38,6 +38,7 @@ from prometheus_client.core import (
 
 from .._tally import COUNTERS, Metrics
 from ..app import App
+from ..errors import ConfigurationError
 
 log = logging.getLogger("jobyard.web")
 
@@ -227,5 +228,10 @@ def serve(
     --metrics-port``); returns the server and its thread."""
     from prometheus_client import start_http_server
 
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # taken, or not an address of this host: one line, not a traceback
+        raise ConfigurationError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+        ) from None
     return server, thread

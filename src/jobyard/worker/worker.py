@@ -9,6 +9,9 @@ Threads of one worker process:
 - the heartbeat renews leases, enforces timeouts and hands back buffered jobs that waited too
   long (``heartbeat.py``); maintenance reaps lapsed leases (``maintenance.py``).
 ``--processes`` runs several of these under a supervisor (``supervisor.py``).
+What it holds, from claim to acknowledgement, is in its ledger (``ledger.py``); a job's steps
+are the pipeline's runners (``executor.Pipeline.run_sync`` / ``run_async``); what its parts do
+is told on the App's event bus (``jobyard.events``), free while nobody listens.
 Only the handler threads run user code; every store call is made by the others, but for that
 idle claim (made before the handler runs, never during it).
 """
