@@ -50,18 +50,13 @@ def sample(port: int, metric: str, /, **labels: str) -> float:
 def test_processes_sum_their_metrics_and_log_json(
     app: jobyard.App, shared_store: tuple[str, str], tmp_path: Path
 ) -> None:
-    # given eight jobs that take a moment and two that always fail
-    ok = app.by_name("ok", queue="obs")
-    handles = [ok.enqueue(n) for n in range(8)]
-    boom = app.by_name("boom", queue="obs", max_attempts=2)
-    dead = [boom.enqueue(n) for n in range(2)]
-
-    # when a worker of two processes (two slots each) runs them, serving its metrics
+    # given a worker of two processes (two slots each, no jobs claimed ahead of a free slot, so
+    # that both get some), serving its metrics
     port = free_port()
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as out:
         argv = [sys.executable, "-m", "jobyard", "worker", "tests.apps.obs_app:app", "-q", "obs"]
-        argv += ["-c", "2", "--processes", "2", "--metrics-port", str(port)]
+        argv += ["-c", "2", "--prefetch", "0", "--processes", "2", "--metrics-port", str(port)]
         argv += ["--metrics-host", "127.0.0.1", "--log-format", "json", "--log-level", "DEBUG"]
         proc = subprocess.Popen(
             argv,
@@ -71,6 +66,13 @@ def test_processes_sum_their_metrics_and_log_json(
             stderr=subprocess.STDOUT,
         )
         try:
+            # when, both processes up, eight jobs that take a moment and two that always fail
+            # are enqueued
+            wait_until(lambda: len(app.workers()) == 2, timeout=30, what="both processes")
+            ok = app.by_name("ok", queue="obs")
+            handles = [ok.enqueue(n) for n in range(8)]
+            boom = app.by_name("boom", queue="obs", max_attempts=2)
+            dead = [boom.enqueue(n) for n in range(2)]
             pids = {h.result(timeout=60) for h in handles}
             for h in dead:
                 with pytest.raises(jobyard.JobFailed):
