@@ -224,7 +224,7 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
         errors: list[Any] = []
         if self.transactional:
             conn = connections[self.database]
-            if conn.vendor != "postgresql" or not getattr(conn, "is_psycopg3", False):
+            if conn.vendor != "postgresql" or not _psycopg3():
                 errors.append(
                     checks.Error(
                         f"TASKS[{self.alias!r}]: 'transactional' needs a PostgreSQL database "
@@ -273,6 +273,13 @@ def _shared(app_ref: str | None, url: str | None) -> Shared:
         return _configurations[key]
 
 
+def _psycopg3() -> bool:
+    """True if Django's PostgreSQL backend runs on psycopg 3."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
+
+
 def status_of(job: Job) -> Any:
     """The framework's status for a jobyard job's."""
     s = fw.TaskResultStatus
@@ -290,6 +297,7 @@ def error_of(job: Job) -> Any:
     traceback's last line (a cancel or a drop names jobyard's own)."""
     text = job.error or ""
     if job.status == Status.CANCELLED:
+        text = text or f"jobyard.errors.JobCancelled: job {job.id} was cancelled\n"
         path = "jobyard.errors.JobCancelled"
     elif text.startswith("dropped: "):
         path = "jobyard.errors.Drop"
@@ -315,7 +323,7 @@ def result_of(job: Job, task: Any, alias: str) -> Any:
         args=list(job.args),
         kwargs=dict(job.kwargs),
         backend=alias,
-        errors=[error_of(job)] if job.error else [],
+        errors=[error_of(job)] if job.error or job.status == Status.CANCELLED else [],
         # jobyard keeps the latest attempt's worker: one entry per attempt, so that the
         # framework's ``attempts`` (their count) is the job's.
         worker_ids=[job.worker_id or ""] * job.attempts,
