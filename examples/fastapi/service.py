@@ -18,7 +18,7 @@ import contextlib
 import hmac
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
@@ -43,7 +43,7 @@ security = HTTPBasic()
 ADMIN_PASSWORD = os.environ.get("SERVICE_ADMIN_PASSWORD", "change-me")
 
 
-def require_admin(credentials: HTTPBasicCredentials = Depends(security)) -> str:
+def require_admin(credentials: Annotated[HTTPBasicCredentials, Depends(security)]) -> str:
     """The service's auth dependency: HTTP Basic, user ``admin``."""
     good_user = hmac.compare_digest(credentials.username.encode(), b"admin")
     good_password = hmac.compare_digest(credentials.password.encode(), ADMIN_PASSWORD.encode())
@@ -99,6 +99,6 @@ class Mounted(Response):
 
 @api.api_route("/jobs", methods=["GET", "POST"], include_in_schema=False)
 @api.api_route("/jobs/{path:path}", methods=["GET", "POST"], include_in_schema=False)
-async def dashboard(request: Request, user: str = Depends(require_admin)) -> Any:
+async def dashboard(request: Request, user: Annotated[str, Depends(require_admin)]) -> Any:
     # The route takes no body, so the dashboard reads the request's body itself.
     return Mounted(request.app.state.dashboard, "/jobs")

@@ -23,10 +23,10 @@ if str(EXAMPLE) not in sys.path:
 
 
 def _setup() -> None:
-    import django
     from django.conf import settings
     from django.core.management import call_command
 
+    import django
     import jobyard
 
     settings.TASKS["default"]["OPTIONS"]["url"] = "memory://"

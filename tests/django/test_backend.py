@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import transaction
@@ -161,9 +160,7 @@ def test_inside_atomic_the_job_is_enqueued_only_on_commit(backend: JobyardBacken
 
 
 def test_the_transactional_option_is_refused_off_postgresql() -> None:
-    backend = JobyardBackend(
-        "tx", {"OPTIONS": {"url": "memory://", "transactional": True}}
-    )
+    backend = JobyardBackend("tx", {"OPTIONS": {"url": "memory://", "transactional": True}})
     ids = {e.id for e in backend.check()}
     assert ids == {"jobyard.E001", "jobyard.E002"}
 
@@ -173,5 +170,3 @@ def test_unknown_options_are_refused_by_name() -> None:
 
     with pytest.raises(ImproperlyConfigured, match="retries"):
         JobyardBackend("x", {"OPTIONS": {"url": "memory://", "retries": 3}})
-
-

@@ -52,7 +52,16 @@ def test_an_order_is_receipted_by_the_worker_and_a_failed_one_leaves_no_job(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server_args = ["manage.py", "runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"]
-    worker_args = ["manage.py", "jobyard_worker", "-c", "2", "--poll-interval", "0.2", "--grace", "1"]
+    worker_args = [
+        "manage.py",
+        "jobyard_worker",
+        "-c",
+        "2",
+        "--poll-interval",
+        "0.2",
+        "--grace",
+        "1",
+    ]
     with (
         process(server_args, EXAMPLE, env, tmp_path / "server.log") as server_log,
         process(worker_args, EXAMPLE, env, tmp_path / "worker.log") as worker_log,

@@ -2,9 +2,9 @@
 
 from django.contrib import admin
 from django.urls import include, path
+from orders import views
 
 import jobyard.django
-from orders import views
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -16,7 +16,7 @@ Works with Django 6's ``django.tasks`` and with the ``django-tasks`` backport on
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._backend import JobyardBackend
 

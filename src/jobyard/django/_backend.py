@@ -80,7 +80,7 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
         self._tasks: dict[str, Any] = self._shared.tasks  # job name -> the Task first seen
         self.database: str = options.get("database", DEFAULT_DB_ALIAS)
         self.transactional = bool(options.get("transactional", False))
-        self._job_options = {
+        self._job_options: dict[str, Any] = {
             k: options[k] for k in ("max_attempts", "backoff", "timeout") if k in options
         }
 
@@ -108,7 +108,7 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
             known = app.registry.get(name)
             if known is None:
                 handler = self._handler(name, task.func)
-                options = {"queue": task.queue_name, **self._job_options}
+                options: dict[str, Any] = {"queue": task.queue_name, **self._job_options}
                 known = app.job(name=name, **options)(handler)
         return known
 

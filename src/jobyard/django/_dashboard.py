@@ -34,7 +34,7 @@ def dashboard_urls(backend: str = "default", *, refresh: float = 3.0) -> list[UR
 
     # The dashboard checks its own CSRF token: a per-browser cookie sent back with every
     # form, and the Origin header.
-    @csrf_exempt
+    @csrf_exempt  # type: ignore[untyped-decorator]
     async def view(request: HttpRequest, rest: str) -> HttpResponse:
         return await dashboard(request, rest)
 
@@ -79,7 +79,7 @@ class DashboardView:
 
 def _login_url() -> str:
     if apps.is_installed("django.contrib.admin"):
-        return reverse("admin:login")
+        return str(reverse("admin:login"))
     return str(settings.LOGIN_URL)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class JobyardConfig(AppConfig):
+class JobyardConfig(AppConfig):  # type: ignore[misc]
     """jobyard's Django app (label ``jobyard``): no models, one management command."""
 
     name = "jobyard.django"

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 
-import django
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
+
+import django
 
 from ..app import App
 from ._backend import ALIAS_VARIABLE, JobyardBackend
 from ._compat import task_backends
-
 
 
 def backend_app(alias: str | None = None) -> App:

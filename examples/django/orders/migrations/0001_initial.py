@@ -4,21 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Order',
+            name="Order",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('item', models.CharField(max_length=100)),
-                ('quantity', models.PositiveIntegerField(default=1)),
-                ('receipt_task', models.CharField(blank=True, default='', max_length=200)),
-                ('receipt_sent', models.BooleanField(default=False)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("item", models.CharField(max_length=100)),
+                ("quantity", models.PositiveIntegerField(default=1)),
+                ("receipt_task", models.CharField(blank=True, default="", max_length=200)),
+                ("receipt_sent", models.BooleanField(default=False)),
             ],
         ),
     ]
