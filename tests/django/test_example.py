@@ -99,3 +99,21 @@ def _shop(base: str, server_log: Path, worker_log: Path) -> None:
     # The dashboard is mounted at /jobs/, behind the admin login.
     gate = httpx.get(f"{base}/jobs/dead")
     assert (gate.status_code, gate.headers["location"]) == (302, "/admin/login/?next=/jobs/dead")
+
+
+def test_the_worker_command_takes_jobyard_workers_flags(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "SHOP_DATABASE": f"sqlite:///{tmp_path}/shop.db",
+        "JOBYARD_URL": f"sqlite:///{tmp_path}/jobs.db",
+    }
+    run = subprocess.run(
+        [sys.executable, "manage.py", "jobyard_worker", "--concurrency", "0"],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2  # bad input: jobyard worker's own check, one line
+    assert "--concurrency" in run.stderr and len(run.stderr.strip().splitlines()) == 1
