@@ -11,7 +11,7 @@ code that enqueues and runs jobs. It adds nothing to a test that does not ask fo
 - ``@pytest.mark.jobyard_stores``: run the test once on each store configured, with
   ``--jobyard-store URL`` (repeatable) or the ``jobyard_stores`` ini list (one URL a line;
   ``{tmp_path}`` is replaced by the test's temporary directory). Without any, on ``memory://``.
-  A store named by a fixed URL is emptied after each test (pending jobs cancelled, finished
+  A store named by a fixed URL is emptied before each test (pending jobs cancelled, finished
   ones purged): name stores meant for tests only.
 """
 
@@ -95,13 +95,9 @@ def jobyard_app(
 def _on_store(app: Any, url: str, given: str, clear: Callable[[Any], None]) -> Iterator[Any]:
     shared = not url.startswith("memory:") and url == given  # not a fresh store of this test
     app.migrate()
-    if shared:
+    if shared:  # before, not after: a run that died half-way leaves no job to the next
         clear(app)
-    try:
-        yield app
-    finally:
-        if shared:
-            clear(app)
+    yield app
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import transaction
@@ -170,3 +171,37 @@ def test_unknown_options_are_refused_by_name() -> None:
 
     with pytest.raises(ImproperlyConfigured, match="retries"):
         JobyardBackend("x", {"OPTIONS": {"url": "memory://", "retries": 3}})
+
+
+def test_the_frameworks_signals_are_sent_around_each_attempt(backend: JobyardBackend) -> None:
+    from jobyard.django._compat import task_enqueued, task_finished, task_started
+
+    seen: list[tuple[str, str, str]] = []
+
+    def record(kind: str) -> Any:
+        def receiver(sender: Any, task_result: Any, **_: Any) -> None:
+            seen.append((kind, task_result.id, str(task_result.status)))
+
+        return receiver
+
+    receivers = {"enqueued": record("enqueued"), "started": record("started")}
+    receivers["finished"] = record("finished")
+    task_enqueued.connect(receivers["enqueued"])
+    task_started.connect(receivers["started"])
+    task_finished.connect(receivers["finished"])
+    try:
+        ok, bad = tasks.add.enqueue(1).id, tasks.fails.enqueue("x").id
+        run(backend)
+    finally:
+        task_enqueued.disconnect(receivers["enqueued"])
+        task_started.disconnect(receivers["started"])
+        task_finished.disconnect(receivers["finished"])
+
+    assert seen == [
+        ("enqueued", ok, "READY"),
+        ("enqueued", bad, "READY"),
+        ("started", ok, "RUNNING"),
+        ("finished", ok, "SUCCESSFUL"),
+        ("started", bad, "RUNNING"),
+        ("finished", bad, "FAILED"),
+    ]

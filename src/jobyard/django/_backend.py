@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
+import traceback
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -114,7 +115,8 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
 
     def _handler(self, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         """What a worker runs for the task ``name``: the task's function, given its context if
-        it takes one, with Django's stale connections closed around it as a request would."""
+        it takes one, with Django's stale connections closed around it as a request would, and
+        the framework's ``task_started`` / ``task_finished`` signals sent around each attempt."""
 
         def context(args: tuple[Any, ...]) -> tuple[Any, ...]:
             task = self._tasks[name]
@@ -129,7 +131,14 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
                 import asyncio
 
                 given = await asyncio.to_thread(context, args)
-                return await func(*given, **kwargs)
+                attempt = self._started(name, args, kwargs)
+                try:
+                    value = await func(*given, **kwargs)
+                except BaseException as exc:
+                    self._finished(attempt, exc=exc)
+                    raise
+                self._finished(attempt, value=value)
+                return value
 
             run_async.__name__ = run_async.__qualname__ = name
             return run_async
@@ -137,12 +146,59 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
         def run(*args: Any, **kwargs: Any) -> Any:
             close_old_connections()
             try:
-                return func(*context(args), **kwargs)
+                given = context(args)
+                attempt = self._started(name, args, kwargs)
+                try:
+                    value = func(*given, **kwargs)
+                except BaseException as exc:
+                    self._finished(attempt, exc=exc)
+                    raise
+                self._finished(attempt, value=value)
+                return value
             finally:
                 close_old_connections()
 
         run.__name__ = run.__qualname__ = name
         return run
+
+    def _started(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The running attempt as a task result (from the claim: no store read), once
+        ``task_started`` is sent with it."""
+        ctx = current_job()
+        job = ctx.job
+        now = timezone.now()
+        result = fw.TaskResult(
+            task=self._tasks[name].using(queue_name=job.queue),
+            id=job.id,
+            status=fw.TaskResultStatus.RUNNING,
+            enqueued_at=None,  # not in the claim; get_result has it
+            started_at=now,
+            finished_at=None,
+            last_attempted_at=now,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[ctx.worker_id] * job.attempts,
+        )
+        fw.task_started.send(type(self), task_result=result)
+        return result
+
+    def _finished(
+        self, result: Any, *, value: Any = None, exc: BaseException | None = None
+    ) -> None:
+        """Send ``task_finished`` for an attempt that returned ``value`` or raised ``exc``
+        (then FAILED for that attempt, whether or not jobyard tries it again)."""
+        object.__setattr__(result, "finished_at", timezone.now())
+        if exc is None:
+            object.__setattr__(result, "status", fw.TaskResultStatus.SUCCESSFUL)
+            object.__setattr__(result, "_return_value", value)
+        else:
+            object.__setattr__(result, "status", fw.TaskResultStatus.FAILED)
+            path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            text = "".join(traceback.format_exception(exc))
+            result.errors.append(fw.TaskError(exception_class_path=path, traceback=text))
+        fw.task_finished.send(type(self), task_result=result)
 
     # the framework's side -----------------------------------------------------------------------
 
