@@ -84,7 +84,10 @@ def test_a_marked_test_runs_on_every_configured_store(pytester: pytest.Pytester)
             assert jobyard_app.url == "memory://"
         """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-v", "-s")
+    # The plugin declares its marker: an unknown one would be an error here.
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "-v", "-s", "-W", "error::pytest.PytestUnknownMarkWarning"
+    )
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*test_signup?memory:/*", "*test_signup?sqlite:/*"])
     assert {word for line in result.outlines for word in line.split("STORE ")[1:]} == {
@@ -115,13 +118,3 @@ def test_the_command_line_store_wins_and_a_fixed_store_is_emptied(
         "-p", "no:cacheprovider", f"--jobyard-store=sqlite:///{db}"
     )
     result.assert_outcomes(passed=2)
-
-
-def test_without_its_fixtures_the_plugin_does_nothing(pytester: pytest.Pytester) -> None:
-    # Loaded from the entry point, it only declares its marker, options and fixtures.
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--markers")
-    result.stdout.fnmatch_lines(["*jobyard_stores*"])
-    pytester.makepyfile(
-        test_plain="def test_plain(request):\n    assert request.fixturenames == ['request']\n"
-    )
-    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
