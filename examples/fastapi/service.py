@@ -87,18 +87,20 @@ async def signup_status(job_id: str) -> dict[str, Any]:
 class Mounted(Response):
     """A response that hands the request to an ASGI app mounted at ``prefix``."""
 
-    def __init__(self, app: Any, prefix: str) -> None:  # no body of its own
+    def __init__(self, app: Any, prefix: str, user: str) -> None:  # no body of its own
         self.app = app
         self.prefix = prefix
+        self.user = user
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         root = scope.get("root_path", "") + self.prefix
-        await self.app({**scope, "root_path": root}, receive, send)
+        # "jobyard.user": who the dashboard's log lines and cancelled_by name.
+        await self.app({**scope, "root_path": root, "jobyard.user": self.user}, receive, send)
 
 
 @api.api_route("/jobs", methods=["GET", "POST"], include_in_schema=False)
 @api.api_route("/jobs/{path:path}", methods=["GET", "POST"], include_in_schema=False)
 async def dashboard(request: Request, user: Annotated[str, Depends(require_admin)]) -> Any:
     # The route takes no body, so the dashboard reads the request's body itself.
-    return Mounted(request.app.state.dashboard, "/jobs")
+    return Mounted(request.app.state.dashboard, "/jobs", user)

@@ -69,4 +69,6 @@ def test_superusers_act(backend: JobyardBackend, client_as: Callable[..., Client
     root = client_as(is_staff=True, is_superuser=True)
 
     assert _cancel(root, job_id) == 303
-    assert backend.app.get(job_id).status == "cancelled"
+    job = backend.app.get(job_id)
+    assert job.status == "cancelled"
+    assert job.cancelled_by is not None and "django user user" in job.cancelled_by

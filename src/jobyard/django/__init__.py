@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._backend import JobyardBackend
+from .._extras import require
+
+require("django", "django")  # one line naming the extra, before anything imports Django
+
+from . import _compat  # noqa: E402, F401 - which framework: django.tasks, else the backport
+from ._backend import JobyardBackend  # noqa: E402
 
 if TYPE_CHECKING:
     from django.urls import URLPattern

@@ -62,6 +62,7 @@ class DashboardView:
             return redirect_to_login(request.get_full_path(), _login_url())
         prefix = request.path[: len(request.path) - len(rest)].rstrip("/")
         scope = _scope(request, prefix, "/" + rest)
+        scope["jobyard.user"] = f"django user {user.get_username()}"
         status, headers, body = await call_asgi(
             self.site(read_only=not user.is_superuser), scope, request.body
         )
