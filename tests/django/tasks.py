@@ -41,3 +41,8 @@ async def add_async(a: int, b: int) -> int:
 @task(takes_context=True)
 def knows_itself(context: Any, tag: str) -> dict[str, Any]:
     return {"id": context.task_result.id, "attempt": context.attempt, "tag": tag}
+
+
+@task(max_attempts=1, timeout=5)
+def fails_once(message: str) -> None:
+    raise ValueError(message)

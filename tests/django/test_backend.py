@@ -205,3 +205,22 @@ def test_the_frameworks_signals_are_sent_around_each_attempt(backend: JobyardBac
         ("started", bad, "RUNNING"),
         ("finished", bad, "FAILED"),
     ]
+
+
+def test_a_task_sets_jobyards_own_policy_through_the_decorator(backend: JobyardBackend) -> None:
+    from jobyard.django import JobyardTask
+
+    assert isinstance(tasks.fails_once, JobyardTask)
+    result = tasks.fails_once.using(priority=3).enqueue("no stock")
+    assert run(backend) == 1
+
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 1  # max_attempts=1
+    assert backend.app.get(result.id).max_attempts == 1
+
+
+def test_a_bad_policy_is_refused_when_the_task_is_defined(backend: JobyardBackend) -> None:
+    from jobyard.django._compat import InvalidTask
+
+    with pytest.raises(InvalidTask, match="max_attempts"):
+        tasks.task(max_attempts=0)(tasks.add.func)

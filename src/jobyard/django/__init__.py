@@ -23,12 +23,12 @@ from .._extras import require
 require("django", "django")  # one line naming the extra, before anything imports Django
 
 from . import _compat  # noqa: E402, F401 - which framework: django.tasks, else the backport
-from ._backend import JobyardBackend  # noqa: E402
+from ._backend import JobyardBackend, JobyardTask  # noqa: E402
 
 if TYPE_CHECKING:
     from django.urls import URLPattern
 
-__all__ = ["JobyardBackend", "dashboard_urls"]
+__all__ = ["JobyardBackend", "JobyardTask", "dashboard_urls"]
 
 
 def dashboard_urls(backend: str = "default", *, refresh: float = 3.0) -> list[URLPattern]:

@@ -15,6 +15,7 @@ import re
 import threading
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +26,7 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from ..app import App, load_app
-from ..errors import JobyardError
+from ..errors import ConfigurationError, JobyardError
 from ..job import Job, JobFunction, Status
 from ..worker.executor import current_job
 from . import _compat as fw
@@ -36,6 +37,27 @@ READY = {Status.WAITING, Status.PENDING}
 FAILED = {Status.FAILED, Status.CANCELLED}
 # The last line of a traceback: the exception's dotted name (builtins have none), then its text.
 EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobyardTask(fw.Task):  # type: ignore[misc]
+    """The backend's task class: a Django task with jobyard's retry policy and time limit of
+    its own, given to the decorator (Django 6.1, the backport):
+    ``@task(max_attempts=8, backoff="linear", timeout=30)``. Unset, the backend's OPTIONS
+    apply, else the queue's settings, else 4 attempts with exponential backoff."""
+
+    max_attempts: int | None = None
+    backoff: str | None = None
+    timeout: float | None = None
+
+    def jobyard_options(self) -> dict[str, Any]:
+        """The options this task sets, for ``JobFunction.options``."""
+        given: dict[str, Any] = {
+            "max_attempts": self.max_attempts,
+            "backoff": self.backoff,
+            "timeout": self.timeout,
+        }
+        return {k: v for k, v in given.items() if v is not None}
 
 
 class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
@@ -56,6 +78,7 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
       task (else the queue's settings, else 4 attempts with exponential backoff).
     """
 
+    task_class = JobyardTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -205,7 +228,12 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
     def validate_task(self, task: Any) -> None:
         """The framework's checks, then the task becomes a jobyard job of :attr:`app`."""
         super().validate_task(task)
-        self._register(task)
+        jf = self._register(task)
+        if isinstance(task, JobyardTask):
+            try:
+                jf.options(**task.jobyard_options())
+            except (ConfigurationError, ValueError) as exc:
+                raise fw.InvalidTask(f"{task.module_path}: {exc}") from None
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Enqueue ``task``: when the surrounding transaction commits (at once outside one), or
@@ -226,8 +254,9 @@ class JobyardBackend(fw.BaseTaskBackend):  # type: ignore[misc]
             errors=[],
             worker_ids=[],
         )
+        own = task.jobyard_options() if isinstance(task, JobyardTask) else {}
         jf = self._register(task).options(
-            queue=task.queue_name, priority=task.priority, run_at=task.run_after
+            queue=task.queue_name, priority=task.priority, run_at=task.run_after, **own
         )
         if self.transactional:
             conn = connections[self.database]

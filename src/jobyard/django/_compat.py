@@ -33,6 +33,8 @@ TaskError: Any = _base.TaskError
 TaskResult: Any = _base.TaskResult
 TaskResultStatus: Any = _base.TaskResultStatus
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
+# A task the backend refuses: InvalidTaskError in the backport, InvalidTask in Django.
+InvalidTask: Any = getattr(_exceptions, "InvalidTaskError", None) or _exceptions.InvalidTask
 task_backends: Any = _root.task_backends
 task_enqueued: Any = _signals.task_enqueued
 task_started: Any = _signals.task_started
