@@ -27,6 +27,7 @@ MARKER = "jobyard_stores"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--jobyard-store URL`` and the ``jobyard_stores`` / ``jobyard_app`` ini settings."""
     group = parser.getgroup("jobyard")
     group.addoption(
         "--jobyard-store",
@@ -40,17 +41,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Declare the ``jobyard_stores`` marker."""
     config.addinivalue_line(
         "markers", f"{MARKER}: run the test on every store configured (--jobyard-store)"
     )
 
 
 def _stores(config: pytest.Config) -> list[str]:
+    # The command line replaces the ini list; neither: memory:// alone.
     given: list[str] = list(config.getoption("jobyard_store") or [])
     return given or list(config.getini("jobyard_stores")) or ["memory://"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A marked test that uses ``jobyard_app``: once per configured store."""
     if metafunc.definition.get_closest_marker(MARKER) is None:
         return
     if "jobyard_app" not in metafunc.fixturenames:
