@@ -44,6 +44,8 @@ class Command(BaseCommand):  # type: ignore[misc]
 
         # Child processes (--processes, --reload) set Django up from the same variables.
         os.environ[ALIAS_VARIABLE] = alias
+        # --reload watches the project (where manage.py runs), not jobyard's own package.
+        os.environ.setdefault("JOBYARD_RELOAD_ROOT", os.getcwd())
         if not any(_names_queue(a) for a in args):
             # Default: the backend's QUEUES (Django refuses a task on any other), else every
             # queue the project's tasks name.
