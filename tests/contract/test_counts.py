@@ -28,6 +28,7 @@ from jobyard.backends.base import (
     StatsParams,
     StoreTidyParams,
     WorkerInfo,
+    as_tidying,
 )
 from jobyard.worker.maintenance import Maintenance
 
@@ -119,12 +120,15 @@ def test_counts_stay_exact_through_every_move(backend: Backend, clock: jobyard.F
     assert all(n >= 0 for per in counted(backend).values() for n in per.values())
 
 
-def test_store_tidy_is_safe_to_call_on_every_store(backend: Backend) -> None:
+def test_store_tidy_is_safe_to_call_on_every_store_that_tidies(backend: Backend) -> None:
     # given a store with churn, when it is tidied, then nothing breaks and each line says what
+    tidying = as_tidying(backend)
+    if tidying is None:
+        pytest.skip("this store has no dead rows to tidy (see test_capabilities)")
     backend.jobs_insert(JobsInsertParams([new("a") for _ in range(20)]))
     jobs = backend.jobs_claim(JobsClaimParams("w1", ["a"], 20))
     ack(backend, *((j, "completed") for j in jobs))
-    lines = backend.store_tidy(StoreTidyParams(min_dead=0, dead_fraction=0.0))
+    lines = tidying.store_tidy(StoreTidyParams(min_dead=0, dead_fraction=0.0))
     assert all(line.startswith("vacuumed ") for line in lines)
     check(backend)
 

@@ -708,11 +708,6 @@ class Backend(Protocol):
         """Recover jobs whose lease lapsed: an attempt was spent on each."""
         ...
 
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
-        dropped."""
-        ...
-
     # queues, workers, stats
     def queues_configure(self, config: QueueConfig) -> None:
         """Create or replace a queue's settings."""
@@ -734,11 +729,6 @@ class Backend(Protocol):
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
-        ...
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
-        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
         ...
 
     def store_info(self) -> StoreInfo:
@@ -803,6 +793,32 @@ class TransactionalBackend(Backend, Protocol):
         ...
 
 
+@runtime_checkable
+class ExpiringBackend(Backend, Protocol):
+    """A store that keeps a retention of its own, apart from any purge (Redis: the URL's
+    ``result_ttl`` and ``failed_ttl``, a queue fed with a time to live): every worker's
+    maintenance applies it after each reap. The others keep finished jobs until purged, and
+    have nothing to expire."""
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
+        dropped."""
+        ...
+
+
+@runtime_checkable
+class TidyingBackend(Backend, Protocol):
+    """A store whose hot tables need housekeeping beside the moves of jobs (PostgreSQL: every
+    move leaves a dead row behind): every worker's maintenance calls it about once a second on
+    a thread of its own. The others have no dead rows (SQLite updates in place and reuses
+    freed pages, Redis and memory free what they delete), and nothing to tidy."""
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
+        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+        ...
+
+
 class Consumer(Protocol):
     """A consumer of a foreign list or stream, run by the workers of its App."""
 
@@ -854,6 +870,18 @@ def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
     raise _lacks(
         backend, feature, "a store that consumes lists and streams of other programs (Redis)"
     )
+
+
+def as_expiring(backend: Backend) -> ExpiringBackend | None:
+    """``backend`` if it keeps a retention of its own (:class:`ExpiringBackend`), else None:
+    an optional duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, ExpiringBackend) else None
+
+
+def as_tidying(backend: Backend) -> TidyingBackend | None:
+    """``backend`` if it has tables to tidy (:class:`TidyingBackend`), else None: an optional
+    duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, TidyingBackend) else None
 
 
 def _lacks(backend: Backend, feature: str, needs: str) -> ConfigurationError:

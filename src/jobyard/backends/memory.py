@@ -31,7 +31,6 @@ from .base import (
     JobsAckParams,
     JobsCancelParams,
     JobsClaimParams,
-    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -51,7 +50,6 @@ from .base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -490,11 +488,6 @@ class MemoryBackend:
                 self._lock.notify_all()
         return reaped
 
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
-        return 0
-
     # queues, workers, stats -------------------------------------------------------------------
 
     def queues_configure(self, config: QueueConfig) -> None:
@@ -553,10 +546,6 @@ class MemoryBackend:
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a dict holds no dead rows."""
-        return []
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; no server to warn about."""

@@ -48,7 +48,6 @@ from ..base import (
     JobsAckParams,
     JobsCancelParams,
     JobsClaimParams,
-    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -576,11 +575,6 @@ class PostgresBackend:
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
         return [Reaped(str(r[0]), str(r[1])) for r in rows]
-
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
-        return 0
 
     # transactional completion -----------------------------------------------------------------
 

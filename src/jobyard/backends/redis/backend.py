@@ -90,7 +90,6 @@ from ..base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -832,10 +831,6 @@ class RedisBackend:
         return _admin.store_info(self.core)
 
     # time and recurring jobs --------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: Redis frees what it deletes."""
-        return []
 
     def clock_now(self) -> float:
         """The frozen clock's now, else Redis's ``TIME``."""

@@ -52,7 +52,6 @@ from ..base import (
     JobsAckParams,
     JobsCancelParams,
     JobsClaimParams,
-    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
@@ -72,7 +71,6 @@ from ..base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -608,11 +606,6 @@ class SQLiteBackend:
             self._shared.notify()
         return [Reaped(str(r[0]), r[1]) for r in rows]
 
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
-        return 0
-
     # queues, workers, stats -------------------------------------------------------------------
 
     def queues_configure(self, config: QueueConfig) -> None:
@@ -690,11 +683,6 @@ class SQLiteBackend:
         return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
 
     # time and recurring jobs ------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
-        pages of deleted rows itself."""
-        return []
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; nothing about the file to warn of."""
