@@ -549,6 +549,21 @@ class StatsParams:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuesNamesParams:
+    """Name the queues that hold finished jobs of ``statuses`` (finished states only,
+    ValueError otherwise): the queues a purge of those statuses could find work in."""
+
+    statuses: Sequence[str] = ("completed",)
+
+    def __post_init__(self) -> None:
+        statuses = tuple(dict.fromkeys(self.statuses))
+        bad = [s for s in statuses if s not in FINISHED]
+        if bad:
+            raise ValueError(f"only finished states ({', '.join(FINISHED)}) are named, not {bad}")
+        object.__setattr__(self, "statuses", statuses)
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     """A recurring job: ``job`` is inserted at every tick.
 
@@ -729,6 +744,13 @@ class Backend(Protocol):
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
+        ...
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of ``params.statuses``, by name: one cheap read of
+        what the store keeps with the moves, never a count or a scan of jobs (maintenance
+        asks it every few seconds). A name too many is allowed (it costs its caller an empty
+        purge); a queue holding such jobs is never left out."""
         ...
 
     def store_info(self) -> StoreInfo:

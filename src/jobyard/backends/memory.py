@@ -40,6 +40,7 @@ from .base import (
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -523,6 +524,12 @@ class MemoryBackend:
         with self._lock:
             self._forget_workers(self._now())
             return sorted(self._workers.values(), key=lambda w: w.started_at)
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses, by name."""
+        with self._lock:
+            wanted = set(params.statuses)
+            return sorted({r.rec.queue for r in self._rows.values() if r.rec.status in wanted})
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue."""

@@ -15,7 +15,7 @@ from ..backends.base import (
     JobsExpireParams,
     JobsPurgeParams,
     LeasesReapParams,
-    StatsParams,
+    QueuesNamesParams,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
@@ -141,7 +141,7 @@ class Maintenance:
         plan: list[tuple[str | None, float]] = sorted(own.items())
         if self.retention is not None:
             if own:
-                names = {s.queue for s in self.backend.stats_get(StatsParams())}
+                names = set(self.backend.queues_names(QueuesNamesParams(("completed",))))
                 plan += [(q, self.retention) for q in sorted(names - set(own))]
             else:
                 plan.append((None, self.retention))  # every queue in one statement

@@ -35,6 +35,7 @@ class Queries:
     leases_reap: str
     queues_configure: str
     queues_list: str
+    queues_names: str
     workers_beat: str
     workers_list: str
     stats_get: str

@@ -57,6 +57,7 @@ from ..base import (
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -660,6 +661,13 @@ class PostgresBackend:
         args = {"now": self.clock.now()}
         rows = self._run(lambda c: self._fetch(c, Q.workers_list, args))
         return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses: job_counts' few rows, never the
+        partitions."""
+        args = {"statuses": list(params.statuses)}
+        rows = self._run(lambda c: self._fetch(c, Q.queues_names, args))
+        return [str(r[0]) for r in rows]
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""

@@ -80,6 +80,7 @@ from ..base import (
     LeasesRenewParams,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -821,6 +822,11 @@ class RedisBackend:
     def workers_list(self) -> list[WorkerInfo]:
         """Registered workers, oldest first."""
         return _admin.workers_list(self.core)
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """Every queue ever written to or configured (one set read): a superset, which the
+        contract allows, rather than a script per queue."""
+        return self.core.known_queues()
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""

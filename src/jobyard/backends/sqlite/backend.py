@@ -61,6 +61,7 @@ from ..base import (
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -661,6 +662,12 @@ class SQLiteBackend:
             conn.execute(self._q["workers_forget"], {"now": self._now(conn)})
             rows = conn.execute(self._q["workers_list"]).fetchall()
         return [_rows.worker(r) for r in rows]
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses: job_counts' rows, never a count."""
+        args = {"statuses": json.dumps(list(params.statuses))}
+        rows = self._conns.get().execute(self._q["jobs_purge_queues"], args).fetchall()
+        return sorted(r[0] for r in rows)
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue that has jobs or a configuration, by name."""
