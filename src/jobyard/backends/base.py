@@ -424,6 +424,20 @@ class JobsCancelParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsCancelManyParams:
+    """Cancel many jobs in one move (a workflow's jobs, a queue's pending ones): each job as
+    :class:`JobsCancelParams` would, but a job that is unknown, finished, or running with
+    ``pending_only`` is skipped (left as it is) instead of refused."""
+
+    ids: Sequence[str]
+    by: str | None = None
+    pending_only: bool = False
+
+    def __post_init__(self) -> None:
+        JobsCancelParams("", self.by)  # the same check of ``by``
+
+
+@dataclass(frozen=True, slots=True)
 class LeasesReapParams:
     """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
     a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
@@ -689,6 +703,12 @@ class Backend(Protocol):
         """Cancel a waiting or pending job at once; on a running job record a cancellation
         request (the first request's time and author are kept). Raise JobNotFound, or
         InvalidTransition if the job is finished."""
+        ...
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Cancel each job as :meth:`jobs_cancel` would, in one round trip per store call
+        (Redis Cluster: one per queue), skipping the jobs it would refuse; the ids of those it
+        changed (cancelled, or a request recorded on a running one), in the order given."""
         ...
 
     def jobs_retry(self, job_id: str) -> JobRecord:

@@ -29,6 +29,7 @@ from .base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
@@ -246,6 +247,9 @@ class MemoryBackend:
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Waiting or pending -> cancelled; running: a request recorded once."""
+        return self._cancel(params)
+
+    def _cancel(self, params: JobsCancelParams) -> JobRecord:
         with self._lock:
             row = self._row(params.id)
             now = self._now()
@@ -264,6 +268,18 @@ class MemoryBackend:
             else:
                 raise InvalidTransition.cannot_cancel(params.id, rec.status)
             return row.rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Each job as jobs_cancel, under one lock; the refused ones skipped."""
+        changed: list[str] = []
+        with self._lock:
+            for job_id in params.ids:
+                try:
+                    self._cancel(JobsCancelParams(job_id, params.by, params.pending_only))
+                except (JobNotFound, InvalidTransition):
+                    continue
+                changed.append(job_id)
+        return changed
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""

@@ -25,6 +25,7 @@ class Queries:
     jobs_list_workflow: str
     jobs_list_ids: str
     jobs_cancel: str
+    jobs_cancel_many: str
     jobs_retry: str
     purge_fence: str
     jobs_purge: str

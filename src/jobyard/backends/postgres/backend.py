@@ -46,6 +46,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
@@ -431,6 +432,21 @@ class PostgresBackend:
         if not done:
             raise InvalidTransition.cannot_cancel(job_id, rec.status)
         return rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs in one statement; the refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {
+            "now": self.clock.now(),
+            "ids": list(keys),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel_many, args))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,

@@ -52,6 +52,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "leases_reap",
     "jobs_expire",
     "jobs_cancel",
+    "jobs_cancel_many",
     "jobs_retry",
     "jobs_list",
     "jobs_purge",

@@ -69,6 +69,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
@@ -102,6 +103,7 @@ from .keys import QUEUE_RE, parse_job_id
 from .keys import job_id as make_id
 
 PURGE_BATCH = 1000
+CANCEL_CHUNK = 500  # jobs one jobs_cancel_many script cancels (a longer script stalls every client)
 OWED_BATCH = 1000  # owed releases the reaper pays per queue and call (Cluster)
 
 
@@ -354,6 +356,44 @@ class RedisBackend:
         if reply[0] == "status":
             raise InvalidTransition.cannot_cancel(job_id, reply[1])
         return _record(queue, n, _pairs(reply[1:]))
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
+        Cluster), so no call holds Redis long; the refused ones skipped."""
+        by_queue: dict[str, list[str]] = {}
+        for job_id in params.ids:
+            parsed = parse_job_id(job_id)
+            if parsed is not None:
+                by_queue.setdefault(parsed[0], []).append(parsed[1])
+        head = [
+            self.core.now(),
+            "",
+            _ttl(self.settings.failed_ttl),
+            params.by or "",
+            "1" if params.pending_only else "",
+        ]
+        changed: set[str] = set()
+        for names in self.core.slices(list(by_queue)):
+            chunk: list[tuple[str, list[str]]] = []
+            size = 0
+            for queue in names:
+                numbers = by_queue[queue]
+                for i in range(0, len(numbers), CANCEL_CHUNK):
+                    part = numbers[i : i + CANCEL_CHUNK]
+                    if size + len(part) > CANCEL_CHUNK and chunk:
+                        changed |= self._cancel_chunk(head, chunk)
+                        chunk, size = [], 0
+                    chunk.append((queue, part))
+                    size += len(part)
+            if chunk:
+                changed |= self._cancel_chunk(head, chunk)
+        return [job_id for job_id in params.ids if job_id in changed]
+
+    def _cancel_chunk(self, head: list[str], chunk: list[tuple[str, list[str]]]) -> set[str]:
+        keys = [key for queue, _ in chunk for key in self.keys.queue(queue)]
+        args = [*head[:1], str(len(chunk)), *head[2:], *(",".join(ns) for _, ns in chunk)]
+        reply = self.core.run_once("jobs_cancel_many", keys, args)
+        return {make_id(chunk[int(reply[i]) - 1][0], reply[i + 1]) for i in range(0, len(reply), 2)}
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""

@@ -50,6 +50,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
@@ -324,6 +325,23 @@ class SQLiteBackend:
             if rec.status == "cancelled":
                 self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs in one statement and one write; refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {
+            "ids": json.dumps(list(keys)),
+            "now": self.clock.now(),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
+        with self._writing() as conn:
+            rows = conn.execute(self._q["jobs_cancel_many"], args).fetchall()
+            self._count(conn, Counter((queue, st) for _, queue, st in rows if st == "cancelled"))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""

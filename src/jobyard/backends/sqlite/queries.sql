@@ -182,6 +182,26 @@ WHERE id = :id
   AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
 RETURNING {{_job_record}}
 
+-- name: jobs_cancel_many
+-- jobs_cancel for many jobs in one statement (:ids a JSON array of numbers); the jobs it would
+-- refuse (finished, or running with :pending_only) are left out, as are unknown ids. Returns
+-- (id, queue, status) of each job changed.
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+UPDATE jobs
+SET status = CASE WHEN status IN ('waiting', 'pending') THEN 'cancelled' ELSE status END,
+    finished_at = CASE WHEN status IN ('waiting', 'pending') THEN (SELECT now FROM clock) ELSE finished_at END,
+    token = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE token END,
+    lease_expires_at = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE lease_expires_at END,
+    cancelled_by = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL THEN :by
+                        ELSE cancelled_by END,
+    cancel_requested_at = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL
+                               THEN (SELECT now FROM clock) ELSE cancel_requested_at END
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
+RETURNING id, queue, status
+
 -- name: jobs_retry
 -- Re-drive: the error stays for history. The caller has checked the idempotency key inside
 -- the same write transaction; the unique index would refuse it anyway.

@@ -738,3 +738,41 @@ local function insert_jobs(o)
   end
   return {'ok', table.concat(numbers, ','), table.concat(flags)}
 end
+
+-- Cancel job n of queue k (jobs_cancel.lua, jobs_cancel_many.lua): a waiting or pending job is
+-- cancelled (its ready level or waiting entry left, its idempotency key freed); a running one
+-- gets a request recorded, the first request's time and author kept (unless pending_only).
+-- Returns nil when done, else 'missing' (also a job of a batch still staged) or the status
+-- that refuses it.
+local function cancel_job(k, n, now, failed_ttl, by, pending_only)
+  local jk = job_key(k, n)
+  local cur = redis.call('HMGET', jk, 'status', 'priority')
+  if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
+    return 'missing'
+  end
+  if cur[1] == 'running' and not pending_only then
+    if redis.call('HEXISTS', jk, 'cancel_requested_at') == 0 then
+      redis.call('HSET', jk, 'cancel_requested_at', now)
+      if by ~= '' then
+        redis.call('HSET', jk, 'cancelled_by', by)
+      end
+    end
+    return nil
+  end
+  if cur[1] ~= 'pending' and cur[1] ~= 'waiting' then
+    return cur[1]
+  end
+  if cur[1] == 'waiting' then
+    from_waiting(k, jk, n)
+  else
+    from_ready(k, n, cur[2])
+  end
+  redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now, 'cancel_requested_at', now)
+  if by ~= '' then
+    redis.call('HSET', jk, 'cancelled_by', by)
+  else
+    redis.call('HDEL', jk, 'cancelled_by')
+  end
+  to_finished(k, jk, n, 'cancelled', now, failed_ttl)
+  return nil
+end
