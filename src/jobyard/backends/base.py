@@ -545,6 +545,15 @@ class JobsWaitParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsWakeParams:
+    """End the waiting claim (``JobsClaimParams.wait``) of worker ``worker_id`` on ``queues``
+    now, as a push signal would: the worker is stopping and must not sleep out its wait."""
+
+    worker_id: str
+    queues: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersBeatParams:
     """Register or refresh a worker; ``stopping`` removes it."""
 
@@ -732,6 +741,13 @@ class Backend(Protocol):
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep until woken by an insert (push signal) or timeout; True if woken."""
+        ...
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """End that worker's waiting claim at once (see :class:`JobsWakeParams`): its in-process
+        waiters are woken (SQLite, PostgreSQL, memory), or a token is pushed on the worker's own
+        wake list, which its blocking read covers beside the queues' (Redis). A claim that is
+        not waiting yet returns at once from its next wait; waking others is allowed."""
         ...
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:

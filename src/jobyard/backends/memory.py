@@ -36,6 +36,7 @@ from .base import (
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
@@ -454,6 +455,14 @@ class MemoryBackend:
             seen = self._inserts
             self._lock.wait_for(lambda: self._inserts != seen, timeout=params.timeout)
             return self._inserts != seen
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake every waiter, as an insert does; the worker's next waiting claim returns at
+        once even if it was not waiting yet (its mark is one no count equals)."""
+        with self._lock:
+            self._waiters[params.worker_id] = -1
+            self._inserts += 1
+            self._lock.notify_all()
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Push leases forward and store progress; the lost ones and the cancel requests."""

@@ -53,6 +53,7 @@ from ..base import (
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
@@ -550,6 +551,11 @@ class PostgresBackend:
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
         return self._listener.wait(params.queues, params.timeout)
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake this process's waiters on those queues (the waiting claim waits on the
+        listener, in-process): no NOTIFY, no round trip."""
+        self._listener.poke(params.queues, params.worker_id)
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; the lost ones and the cancel requests."""

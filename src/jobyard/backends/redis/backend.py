@@ -77,6 +77,7 @@ from ..base import (
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     Purged,
@@ -473,7 +474,7 @@ class RedisBackend:
         if params.wait > 0 and queues and params.limit > 0 and not self.cluster:
             return self._claim_woken(queues, params.worker_id, params.limit, params.wait)
         if params.wait > 0:
-            self.jobs_wait(JobsWaitParams(queues, params.wait))
+            self._block(self._wake_keys(queues, params.worker_id), params.wait)
         if not queues or params.limit <= 0:
             return []
         if not self.cluster or len(queues) == 1:
@@ -518,7 +519,7 @@ class RedisBackend:
         the job reaches the worker in the read's own round trip. Single node only (on Cluster
         the wake lists and the queue may sit on different nodes). Sent once, like any claim:
         if the connection fails while it blocks, Redis drops the queued claim with it."""
-        wake = [self.keys.wake(q) for q in queues]
+        wake = self._wake_keys(queues, worker)
         block = min(wait, max(self.settings.socket_timeout - 1.0, 0.1))
         script = self.core.scripts["jobs_claim"]
         keys = self.core.group_keys(queues)
@@ -751,12 +752,30 @@ class RedisBackend:
         All wake lists sit on the ``{prefix}`` tag, so one BLPOP covers every queue even on
         Cluster. Waits longer than the socket timeout end early (False), which is allowed.
         """
-        keys = [self.keys.wake(q) for q in dict.fromkeys(params.queues)]
+        return self._block(
+            [self.keys.wake(q) for q in dict.fromkeys(params.queues)], params.timeout
+        )
+
+    def _wake_keys(self, queues: Sequence[str], worker_id: str) -> list[str]:
+        """What a worker's waiting claim reads: its queues' wake lists and its own."""
+        return [*(self.keys.wake(q) for q in queues), self.keys.worker_wake(worker_id)]
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Push a token on the worker's own wake list, which its waiting claim reads (one
+        token, kept a minute: a worker that was not waiting finds it at its next wait)."""
+        key = self.keys.worker_wake(params.worker_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.lpush(key, "1")
+        pipe.ltrim(key, 0, 0)
+        pipe.expire(key, 60)
+        self.core.call(pipe.execute)
+
+    def _block(self, keys: list[str], timeout: float) -> bool:
         if not keys:
             return False
-        if params.timeout <= 0:
+        if timeout <= 0:
             return any(self.client.lpop(k) is not None for k in keys)
-        block = min(params.timeout, max(self.settings.socket_timeout - 1.0, 0.1))
+        block = min(timeout, max(self.settings.socket_timeout - 1.0, 0.1))
         try:
             return self.client.blpop(keys, timeout=block) is not None
         except TRANSIENT:

@@ -57,6 +57,7 @@ from ..base import (
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
@@ -571,6 +572,15 @@ class SQLiteBackend:
                 ).fetchone()[0]
                 if due:
                     return True, (seen, version)
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake the waiters of those queues, as an insert does (in-process, and the doorbell
+        that the waiters of other processes check against the file's data_version). The
+        worker's next waiting claim returns at once even if it was not waiting yet: its mark
+        is set to one no snapshot equals."""
+        queues = list(dict.fromkeys(params.queues))
+        self._waiters[(params.worker_id, *queues)] = ((-1,), -1)
+        self._shared.notify(queues)
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Extend each lease still held, with its progress; the lost ones and the cancel
