@@ -31,7 +31,7 @@ TRANSACTIONAL = {"postgres"}
 FOREIGN_QUEUES = {"redis", "redis_cluster"}
 REDIS = {"redis", "redis_cluster"}
 EXPIRING = REDIS  # a retention of its own (result_ttl, failed_ttl, a queue's time to live)
-TIDYING = {"postgres"}  # hot tables that leave dead rows behind
+TIDYING = {"postgres", "sqlite"}  # dead rows to vacuum (PostgreSQL), a WAL to checkpoint
 
 
 def test_each_store_declares_what_it_can_do(

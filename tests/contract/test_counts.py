@@ -129,12 +129,12 @@ def test_store_tidy_is_safe_to_call_on_every_store_that_tidies(backend: Backend)
     # given a store with churn, when it is tidied, then nothing breaks and each line says what
     tidying = as_tidying(backend)
     if tidying is None:
-        pytest.skip("this store has no dead rows to tidy (see test_capabilities)")
+        pytest.skip("this store has nothing to tidy (see test_capabilities)")
     backend.jobs_insert(JobsInsertParams([new("a") for _ in range(20)]))
     jobs = backend.jobs_claim(JobsClaimParams("w1", ["a"], 20))
     ack(backend, *((j, "completed") for j in jobs))
     lines = tidying.store_tidy(StoreTidyParams(min_dead=0, dead_fraction=0.0))
-    assert all(line.startswith("vacuumed ") for line in lines)
+    assert all(line.startswith(("vacuumed ", "checkpointed the WAL")) for line in lines)
     check(backend)
 
 

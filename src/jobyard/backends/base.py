@@ -866,10 +866,11 @@ class ExpiringBackend(Backend, Protocol):
 
 @runtime_checkable
 class TidyingBackend(Backend, Protocol):
-    """A store whose hot tables need housekeeping beside the moves of jobs (PostgreSQL: every
-    move leaves a dead row behind): every worker's maintenance calls it about once a second on
-    a thread of its own. The others have no dead rows (SQLite updates in place and reuses
-    freed pages, Redis and memory free what they delete), and nothing to tidy."""
+    """A store that needs housekeeping beside the moves of jobs: PostgreSQL (every move leaves
+    a dead row behind: a vacuum of the hot partitions) and SQLite (the WAL checkpointed here
+    rather than inside a claim's or an ack's commit). Every worker's maintenance calls it about
+    once a second on a thread of its own. Redis and memory free what they delete, and have
+    nothing to tidy."""
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
         """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per

@@ -74,6 +74,7 @@ from ..base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
+    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -94,6 +95,8 @@ _ACK_QUERIES = {
 }
 
 
+# WAL frames (pages) past which store_tidy restarts the WAL: about 40 MB at 4 KiB pages.
+WAL_RESTART_FRAMES = 10_000
 # What a wait has seen: the in-process change counters of its queues, and PRAGMA data_version.
 _Marks = tuple[tuple[int, ...], int]
 
@@ -718,6 +721,29 @@ class SQLiteBackend:
         return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
 
     # time and recurring jobs ------------------------------------------------------------------
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Checkpoint the WAL here, off the hot path: while this runs (every worker's
+        maintenance, about once a second, on a thread of its own) the store's connections in
+        this process do not checkpoint inside their commits (``Connections.checkpointing``).
+        A PASSIVE checkpoint waits for no one; a WAL that readers kept from being reused and
+        that grew past :data:`WAL_RESTART_FRAMES` is checkpointed with RESTART, which waits
+        for them (writers too) at most 100 ms. One line for a restart, none otherwise."""
+        self._conns.checkpointing()
+        conn = self._conns.get()
+        _, frames, _ = conn.execute(self._q["wal_checkpoint"]).fetchone()
+        if frames < WAL_RESTART_FRAMES:
+            return []
+        conn.execute(self._q["busy_timeout_short"])
+        try:
+            busy, frames, done = conn.execute(self._q["wal_restart"]).fetchone()
+        except sqlite3.OperationalError:  # busy past 100 ms: next time
+            return []
+        finally:
+            conn.execute(self._q["busy_timeout_default"])
+        if busy:
+            return []
+        return [f"checkpointed the WAL ({done} of {frames} frames) and restarted it"]
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; nothing about the file to warn of."""

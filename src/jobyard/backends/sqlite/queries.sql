@@ -15,6 +15,22 @@ SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 -- name: data_version
 PRAGMA data_version
 
+-- name: wal_checkpoint
+-- From maintenance (store_tidy): copy the WAL into the database without waiting for anyone;
+-- returns (busy, frames in the WAL, frames checkpointed).
+PRAGMA wal_checkpoint(PASSIVE)
+
+-- name: wal_restart
+-- A WAL that readers kept from being reused has grown: checkpoint it all and make the next
+-- writer start it over (waits for readers, writers included, up to the busy timeout).
+PRAGMA wal_checkpoint(RESTART)
+
+-- name: busy_timeout_short
+PRAGMA busy_timeout = 100
+
+-- name: busy_timeout_default
+PRAGMA busy_timeout = 10000
+
 
 -- schema --------------------------------------------------------------------------------------
 
