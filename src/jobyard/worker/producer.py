@@ -72,12 +72,12 @@ class Producer:
         """Stop fetching; returns once no claim is in flight (safe to call twice)."""
         self._stop.set()
         self.slot_freed.set()
-        try:
-            # A waiting claim (here, or an idle handler thread's) would sleep out its wait.
-            self.backend.jobs_wake(JobsWakeParams(self.worker_id, self.queues))
-        except Exception as exc:  # noqa: BLE001 - then the wait ends by its timeout
-            log.warning("could not wake the waiting claim: %s: %s", type(exc).__name__, exc)
         if self._thread is not None:
+            try:
+                # A waiting claim (here, or an idle handler thread's) would sleep out its wait.
+                self.backend.jobs_wake(JobsWakeParams(self.worker_id, self.queues))
+            except Exception as exc:  # noqa: BLE001 - then the wait ends by its timeout
+                log.warning("could not wake the waiting claim: %s: %s", type(exc).__name__, exc)
             self._thread.join(timeout)
             self._thread = None
 

@@ -764,11 +764,15 @@ class RedisBackend:
         """Push a token on the worker's own wake list, which its waiting claim reads (one
         token, kept a minute: a worker that was not waiting finds it at its next wait)."""
         key = self.keys.worker_wake(params.worker_id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.lpush(key, "1")
-        pipe.ltrim(key, 0, 0)
-        pipe.expire(key, 60)
-        self.core.call(pipe.execute)
+
+        def push() -> list[Any]:  # a fresh pipeline per attempt: a failed one is emptied
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(key, "1")
+            pipe.ltrim(key, 0, 0)
+            pipe.expire(key, 60)
+            return cast(list[Any], pipe.execute())
+
+        self.core.call(push)
 
     def _block(self, keys: list[str], timeout: float) -> bool:
         if not keys:
