@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from ._enqueue import Enqueue
 from ._printable import guard_logs
 from ._secrets import check_url, remember
+from ._tally import Metrics, Tally
 from .backends import mask_url, open_backend, probe_store
 from .backends.base import (
     DEFAULT_LEASE,
@@ -34,9 +35,11 @@ from .backends.base import (
     StoreInfo,
     WorkerInfo,
     as_foreign_queues,
+    attach_events,
 )
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError, InvalidTransition, JobNotFound
+from .events import Events
 from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
 from .retry import Backoff, as_backoff
@@ -67,9 +70,16 @@ class App:
         # Declared with schedule() or @app.cron, by name; stored_schedules() reads the store's.
         self.declared_schedules: dict[str, Schedule] = {}
         self.hooks = Hooks()
+        # What the worker's parts, the enqueue step and the consumers did (jobyard.events):
+        # nobody listens until metrics() or a subscriber asks, and then it costs nothing more.
+        self.events = Events()
+        self._tally: Tally | None = None
         self._backend: Backend | None = None
         self._lock = threading.Lock()
-        self._enqueue = Enqueue(lambda: self.backend, self.hooks)  # job functions' way down
+        # job functions' way down
+        self._enqueue = Enqueue(lambda: self.backend, self.hooks, self.events)
+        self._tracing: Any = None  # jobyard._otel.Tracing once tracing is on, False when off
+        self._enqueue.inject = self._first_inject  # decides on tracing at the first enqueue
         check_url(self.url)  # before anything can quote a piece of a mangled password
         remember(self.url)
         guard_logs()  # a job's values reach the library's log lines escaped, whoever wrote them
@@ -96,6 +106,7 @@ class App:
                     except BaseException:
                         backend.close()  # its pool would linger, retrying in the background
                         raise
+                    attach_events(backend, self.events)
                     self._backend = backend
         return self._backend
 
@@ -222,6 +233,50 @@ class App:
         """Call ``fn(JobEvent)`` in the worker when a job enters the dead letter (``failed``)."""
         self.hooks.add("on_dead", fn)
         return fn
+
+    # metrics and tracing ---------------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        """The counters ``/metrics`` exposes, as plain data: jobs enqueued by this process,
+        attempts its workers finished (completed, retried, failed into the dead letter,
+        cancelled, released), lapsed leases its reapers found, each by (queue, job name); the
+        run time and due-to-start wait histograms; the worker's other events (``notes``).
+
+        Counting starts at the first call (``jobyard worker --metrics-port`` and the
+        dashboard's ``/metrics`` make it at start): until then no event is built at all. For
+        pushing to StatsD or another system, call it once at start, then read it on a timer."""
+        tally = self._tally
+        if tally is None:
+            with self._lock:
+                if self._tally is None:
+                    self._tally = Tally()
+                    self.events.subscribe(self._tally)
+                tally = self._tally
+        return tally.snapshot()
+
+    def tracing(self) -> Any:
+        """The OpenTelemetry seam (``jobyard[otel]``), or None: on when ``opentelemetry``
+        can be imported and ``JOBYARD_TRACING`` is not ``off``. Then each enqueue carries the
+        caller's trace context in its jobs, and each attempt runs in a span, its child.
+        Without the extra nothing is imported."""
+        if self._tracing is None:
+            from . import _otel
+
+            made = _otel.make()
+            if made is None:
+                self._tracing = False
+            else:
+                self._tracing = made
+                self._enqueue.inject = made.inject
+        return self._tracing or None
+
+    def _first_inject(self) -> dict[str, str]:
+        tracing = self.tracing()
+        if tracing is None:
+            self._enqueue.inject = None
+            return {}
+        carrier: dict[str, str] = tracing.inject()
+        return carrier
 
     def get(self, job_id: str) -> Job:
         """The job with this id (``JobNotFound`` if there is none)."""
@@ -601,7 +656,7 @@ class App:
         """Consume JSON entries that any Redis client pushed onto list ``key`` (Redis only).
         Workers started by :meth:`run_worker` run it. See ``ListConsumer`` for the options."""
         store = as_foreign_queues(self.backend, "consume_list")
-        consumer = store.consumer_list(key, handler, **options)
+        consumer = store.consumer_list(key, handler, runner=self._entry_runner(), **options)
         self.consumers.append(consumer)
         return consumer
 
@@ -611,9 +666,16 @@ class App:
         """Consume a Redis stream with a consumer group (Redis only); ``reply=job_function``
         turns each handler result into a job. See ``StreamConsumer`` for the options."""
         store = as_foreign_queues(self.backend, "consume_stream")
-        consumer = store.consumer_stream(stream, handler, **options)
+        consumer = store.consumer_stream(
+            stream, handler, runner=self._entry_runner(), enqueue=self._enqueue.insert, **options
+        )
         self.consumers.append(consumer)
         return consumer
+
+    def _entry_runner(self) -> Any:
+        from .worker.executor import EntryRunner
+
+        return EntryRunner(self.events)
 
     # workers -----------------------------------------------------------------------------------
 
@@ -635,6 +697,8 @@ class App:
             hooks=self.hooks,
             schedules=list(self.declared_schedules.values()),
             consumers=self.consumers,
+            events=self.events,
+            tracing=self.tracing(),
             **options,
         )
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..clock import Clock
 from ..errors import ConfigurationError
+from ..events import Events
 
 Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
@@ -111,6 +112,9 @@ class ClaimedJob:
     token: str  # the fencing token of this claim
     delivery: Delivery
     parent_id: str | None
+    # When the job became due (its run_at, by the store's clock, epoch seconds): what the
+    # worker's enqueue-to-start latency is measured from. None when the store does not say.
+    run_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,10 +469,13 @@ class JobsExpireParams:
 
 @dataclass(frozen=True, slots=True)
 class Reaped:
-    """A job the reaper moved, and where to."""
+    """A job the reaper moved, and where to (with its ``name`` and ``queue``, for the lease-lost
+    count of ``jobyard.web.metrics``)."""
 
     id: str
     status: str
+    name: str = ""
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -851,6 +858,29 @@ class TransactionalBackend(Backend, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class EntryVerdict:
+    """What a consumer of a foreign list or stream does with one entry, decided above the
+    boundary (``jobyard.worker.executor.EntryRunner``: the handler run, its return or exception
+    classified, the events emitted): ``ack`` it, ``retry`` it (``delay``: seconds, from
+    ``Retry(delay=)``, else None), or ``drop`` it to its dead list (``reason``). ``result``: an
+    acknowledged handler's return value."""
+
+    action: Literal["ack", "retry", "drop"]
+    delay: float | None = None
+    reason: str = ""
+    result: Any = None
+
+
+# How a consumer runs one entry: ``runner(source, key, entry_id, handler, decode)``, ``source``
+# "list" or "stream", ``decode()`` the entry's value (ValueError or KeyError if it cannot be
+# read). Given to the store's consumers by the App (``consumer_list(..., runner=...)``).
+EntryRunner = Callable[[str, str, str, Callable[[Any], Any], Callable[[], Any]], EntryVerdict]
+# How a stream consumer enqueues its reply jobs: ``enqueue(jobs, send)``, the core's one way
+# down (``_enqueue.Enqueue.insert``, events and hooks), ``send`` the store call that inserts.
+EntryEnqueue = Callable[..., list[Inserted]]
+
+
 @runtime_checkable
 class ExpiringBackend(Backend, Protocol):
     """A store that keeps a retention of its own, apart from any purge (Redis: the URL's
@@ -920,6 +950,23 @@ def refuse_connection(backend: Backend, params: JobsInsertParams | JobsAckParams
     the same one ConfigurationError, rather than writing outside the caller's transaction."""
     if params.connection is not None:
         as_transactional(backend, "a caller's connection (connection=...)")
+
+
+@runtime_checkable
+class EventSource(Protocol):
+    """A store that reports events of its own on the App's bus (Redis: a call whose reply was
+    lost and that was not sent again, ``WorkerNote("unsure")``)."""
+
+    def events_attach(self, events: Events) -> None:
+        """Emit this store's events on ``events`` from now on."""
+        ...
+
+
+def attach_events(backend: Backend, events: Events) -> None:
+    """Let ``backend`` report its own events on ``events``, if it has any (see
+    :class:`EventSource`)."""
+    if isinstance(backend, EventSource):
+        backend.events_attach(events)
 
 
 def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:

@@ -413,6 +413,7 @@ class MemoryBackend:
                         token=row.token,
                         delivery=row.rec.delivery,
                         parent_id=row.rec.parent_id,
+                        run_at=row.rec.run_at,
                     )
                 )
             return claimed
@@ -508,7 +509,7 @@ class MemoryBackend:
                     row.rec = replace(rec, status="failed", error=LEASE_LOST_ERROR, finished_at=now)
                 else:
                     row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
-                reaped.append(Reaped(rec.id, row.rec.status))
+                reaped.append(Reaped(rec.id, row.rec.status, rec.name, rec.queue))
             if reaped:
                 self._inserts += 1
                 self._lock.notify_all()

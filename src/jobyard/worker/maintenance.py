@@ -22,6 +22,7 @@ from ..backends.base import (
     as_expiring,
     as_tidying,
 )
+from ..events import Events, Reaped
 from . import recurring
 
 log = logging.getLogger("jobyard.worker")
@@ -77,8 +78,10 @@ class Maintenance:
         retention: float | None,
         schedules: bool = False,
         tidy: StoreTidyParams | None = StoreTidyParams(),  # noqa: B008 - frozen, shared safely
+        events: Events | None = None,
     ) -> None:
         self.backend = backend
+        self.events = events if events is not None else Events()
         self.info = info
         self.retention = retention
         self.schedules = schedules
@@ -123,12 +126,14 @@ class Maintenance:
                 job.id,
                 job.status,
             )
+            if self.events.active:
+                self.events.emit(Reaped(job.id, job.name, job.queue, job.status))
         if self.expiring is not None:
             expired = self.expiring.jobs_expire(JobsExpireParams())
             if expired:
                 log.debug("retention: %d jobs expired", expired)
         if self.schedules:
-            recurring.tick(self.backend)
+            recurring.tick(self.backend, self.events)
         self._beats += 1
         if self._beats % self._every == 0:
             self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=self.forget_after))

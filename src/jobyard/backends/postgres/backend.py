@@ -144,6 +144,7 @@ def _claimed(r: Row) -> ClaimedJob:
         token=r[9],
         delivery=r[10],
         parent_id=exact_out(r[11]),
+        run_at=None if r[13] is None else float(r[13]),
     )
 
 
@@ -597,7 +598,7 @@ class PostgresBackend:
             "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
-        return [Reaped(str(r[0]), str(r[1])) for r in rows]
+        return [Reaped(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     # transactional completion -----------------------------------------------------------------
 

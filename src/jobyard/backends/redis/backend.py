@@ -58,6 +58,7 @@ from redis.exceptions import NoScriptError
 from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
+from ...events import Events
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
@@ -544,7 +545,7 @@ class RedisBackend:
 
     def _claimed(self, queues: list[str], r: Any) -> list[ClaimedJob]:
         out = []
-        for i in range(0, len(r), 12):
+        for i in range(0, len(r), 13):
             queue = queues[int(r[i]) - 1]
             out.append(
                 ClaimedJob(
@@ -560,6 +561,7 @@ class RedisBackend:
                     token=r[i + 9],
                     delivery=cast(Delivery, r[i + 10]),
                     parent_id=r[i + 11] or None,
+                    run_at=_opt_float(r[i + 12]),
                 )
             )
         return out
@@ -831,9 +833,9 @@ class RedisBackend:
             notes = [(names[int(e[1]) - 1], e) for e in reply if isinstance(e, list)]
             flat = [e for e in reply if not isinstance(e, list)]
             requeued: Counter[str] = Counter()
-            for i in range(0, len(flat), 3):
+            for i in range(0, len(flat), 4):
                 queue = names[int(flat[i]) - 1]
-                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2]))
+                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2], flat[i + 3], queue))
                 requeued[queue] += flat[i + 2] == "pending"
             left = params.limit - len(out)
             if self.cluster:
@@ -940,6 +942,11 @@ class RedisBackend:
         return consumers.StreamConsumer(
             self.core, stream, handler, insert=self.jobs_insert, **options
         )
+
+    def events_attach(self, events: Events) -> None:
+        """Report a call sent once whose reply was lost (``WorkerNote("unsure")``) on
+        ``events`` (``base.EventSource``)."""
+        self.core.events = events
 
     def close(self) -> None:
         """Close the connection pools (safe to call twice)."""

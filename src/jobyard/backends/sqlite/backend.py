@@ -636,7 +636,7 @@ class SQLiteBackend:
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
-        return [Reaped(str(r[0]), r[1]) for r in rows]
+        return [Reaped(str(r[0]), r[1], r[3], r[2]) for r in rows]
 
     # queues, workers, stats -------------------------------------------------------------------
 

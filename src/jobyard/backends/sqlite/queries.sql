@@ -524,7 +524,7 @@ WHERE id IN (
     ORDER BY lease_expires_at
     LIMIT :limit
 )
-RETURNING id, status, queue
+RETURNING id, status, queue, name
 
 
 -- queues, workers, stats --------------------------------------------------------------------------

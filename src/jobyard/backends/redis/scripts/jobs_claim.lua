@@ -10,8 +10,8 @@
 --          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
 --          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
 --          reason instead, and the others of the batch are claimed as usual.
--- Returns: claim: 12 strings per job: group, number, name, payload, attempts, max_attempts,
---          backoff, timeout, lease, token, delivery, parent_id ("" for none).
+-- Returns: claim: 13 strings per job: group, number, name, payload, attempts, max_attempts,
+--          backoff, timeout, lease, token, delivery, parent_id ("" for none), run_at.
 --          peek: 4 strings per candidate: group, priority, run_at, number.
 --
 -- Order: priority DESC, run_at ASC, enqueue order ASC, across every group. Paused queues give
@@ -154,6 +154,7 @@ for i = 1, chosen do
     out[#out + 1] = token
     out[#out + 1] = f.delivery or 'at_least_once'
     out[#out + 1] = f.parent_id or ''
+    out[#out + 1] = fmt(c.run_at)
   elseif not KNOWN_STATES[f.status or ''] and redis.call('EXISTS', jk) == 1 then
     fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
   end
