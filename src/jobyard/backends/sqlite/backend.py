@@ -46,6 +46,7 @@ from ..base import (
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
+    Claimed,
     ClaimedJob,
     Inserted,
     JobRecord,
@@ -59,6 +60,9 @@ from ..base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
@@ -402,7 +406,11 @@ class SQLiteBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs (see :meth:`_jobs_claim`)."""
+        return Claimed(self._jobs_claim(params))  # limits: not yet held by this store
+
+    def _jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
         """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL);
         with ``wait``, after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
@@ -668,6 +676,13 @@ class SQLiteBackend:
             conn.execute(self._q["workers_forget"], {"now": self._now(conn)})
             rows = conn.execute(self._q["workers_list"]).fetchall()
         return [_rows.worker(r) for r in rows]
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Not yet held by this store: job names' limits are not stored."""
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Not yet held by this store: no limit is shown."""
+        return []
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue that has jobs or a configuration, by name."""
