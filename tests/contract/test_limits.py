@@ -371,8 +371,11 @@ def test_workflow_steps_are_limited_like_any_job(make_app: Callable[..., jobyard
 )
 def test_bad_job_limits_are_refused_at_the_decorator(options: dict, shown: str) -> None:  # type: ignore[type-arg]
     app = jobyard.App("memory://")
+
+    def handler() -> None: ...
+
     with pytest.raises(ConfigurationError, match=f"got {shown}"):
-        app.job(**options)(lambda: None)
+        app.job(**options)(handler)
     assert app.registry == {}
     with pytest.raises(ConfigurationError, match=f"got {shown}"):
         app.configure_queue("q", **options)
