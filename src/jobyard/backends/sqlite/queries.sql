@@ -376,7 +376,7 @@ AND (NOT g.named OR NOT EXISTS (
 
 -- name: _bucket_admits
 -- (a fragment) The starts the rate bucket b admits now (GCRA, base.Rate); a bucket with no
--- row admits a full burst, hence `coalesce((SELECT {{_bucket_admits}} ...), burst)`.
+-- row admits a full burst, hence coalesce((SELECT <this> ...), burst).
 max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval + b.burst + 1e-9 AS INTEGER))
 
 -- name: jobs_claim
