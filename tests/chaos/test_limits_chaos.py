@@ -13,6 +13,7 @@ the job (a lease of 1 s), so the next execution of that key starts after the kil
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -119,5 +120,5 @@ def test_a_limited_queue_holds_its_limits_under_kills(url: str, tmp_path: Path) 
             by_key.setdefault(key, []).append((began, ends[tag]))
     for key, spans in by_key.items():
         spans.sort()
-        for (_, end), (begin, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (begin, _) in itertools.pairwise(spans):
             assert begin >= end, f"two jobs of {key} ran at once"
