@@ -25,7 +25,7 @@ CASE WHEN xq.fair THEN greatest(
         THEN (SELECT max(t.turn) FROM jobs_pending AS t
               WHERE t.queue = x.queue AND t.limit_key IS NULL AND t.turn > 0)
         ELSE (SELECT max(t.turn) FROM jobs_pending AS t
-              WHERE t.queue = x.queue AND t.limit_key = x.limit_key)
+              WHERE t.queue = x.queue AND t.limit_key = x.limit_key AND t.turn > 0)
     END, 0) + 1,
     xq.turn_round
 ) + row_number() OVER (PARTITION BY x.queue, x.limit_key ORDER BY x.ord) - 1

@@ -242,15 +242,17 @@ rounds AS (
     WHERE q.name = m.queue AND q.turn_round < m.turn
     RETURNING q.name
 ),
--- When the claim came back short: the first instant a closed bucket of these queues that holds
--- back a due job (a key's bucket: while the key has pending jobs) opens, seen after this claim's
--- own takes (taken, or the stored row where it took nothing).
+-- When the claim came back short: the first instant a closed bucket of these queues opens,
+-- seen after this claim's own takes (taken, or the stored row where it took nothing). A closed
+-- bucket may hold back no job (a key with nothing pending): the worker then claims once for
+-- nothing when it opens, one wake per bucket, which costs less than an index of every keyed
+-- pending job would.
 opens AS (
     SELECT min(o.at) - (SELECT now FROM clock) AS next_open
     FROM (
-        SELECT t.tat - (t.burst - 1) * t.interval AS at, t.queue, t.key FROM taken AS t
+        SELECT t.tat - (t.burst - 1) * t.interval AS at FROM taken AS t
         UNION ALL
-        SELECT b.tat - (b.burst - 1) * b.interval, b.queue, b.key FROM limit_buckets AS b
+        SELECT b.tat - (b.burst - 1) * b.interval FROM limit_buckets AS b
         WHERE b.queue = ANY(%(queues)b::text[])
           AND NOT EXISTS (
               SELECT 1 FROM taken AS t
@@ -259,9 +261,6 @@ opens AS (
     ) AS o
     WHERE o.at > (SELECT now FROM clock)
       AND (SELECT count(*) FROM claimed) < %(limit)s::int8
-      AND (o.key = '' OR EXISTS (
-          SELECT 1 FROM jobs_pending AS k WHERE k.queue = o.queue AND k.limit_key = o.key
-      ))
 ),
 durability AS (
     SELECT set_config('synchronous_commit', CASE

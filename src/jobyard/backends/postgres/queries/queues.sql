@@ -85,8 +85,7 @@ FROM job_limits ORDER BY queue, name;
 -- name: limits_scope_counts
 -- For limits_stats: per (queue, name, key) of the queues asked (none: all), the
 -- pending and running jobs that carry a key, and the running jobs per (queue, name) with or
--- without one (key NULL). Reads the keyed partial index of the pending partition and the
--- running partition.
+-- without one (key NULL). A read for status: it reads the pending and running partitions.
 SELECT queue, name, limit_key, count(*) FILTER (WHERE status = 'pending'),
        count(*) FILTER (WHERE status = 'running')
 FROM (
