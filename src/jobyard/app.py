@@ -16,11 +16,13 @@ from .backends import mask_url, open_backend, probe_store
 from .backends.base import (
     DEFAULT_LEASE,
     FINISHED,
+    QUEUED,
     Backend,
     CatchUp,
     Consumer,
     Delivery,
     JobLimits,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsListParams,
     JobsPurgeParams,
@@ -313,55 +315,55 @@ class App:
 
     def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> Workflow:
         """Cancel a chain or group: what has not run yet is cancelled, the running jobs are asked
-        to stop (as :meth:`cancel`), the finished ones are left as they are."""
+        to stop (as :meth:`cancel`), the finished ones are left as they are. One store call for
+        the whole workflow (``jobs_cancel_many``), not one per job."""
         flow = self.workflow(workflow_id)
-        # Later steps first, so none is released by an input's completion meanwhile and run.
-        for job in reversed(flow.jobs):
-            if job.status.finished:
-                continue
-            try:
-                self.backend.jobs_cancel(JobsCancelParams(job.id, by))
-            except (InvalidTransition, JobNotFound):
-                continue  # finished meanwhile
+        # Later steps first, so none is released by an input's completion meanwhile and run
+        # (a store that splits the call keeps this order between its parts).
+        ids = [job.id for job in reversed(flow.jobs) if not job.status.finished]
+        if ids:
+            self.backend.jobs_cancel_many(JobsCancelManyParams(ids, by))
         return self.workflow(workflow_id)
 
     def cancel_pending(
         self, *, queue: str | None = None, name: str | None = None, dry_run: bool = False
     ) -> list[str]:
-        """Cancel every pending job of ``queue`` and/or job ``name`` (at least one is required);
-        the ids cancelled (with ``dry_run``, those that would be, nothing changed).
+        """Cancel every job of ``queue`` and/or job ``name`` (at least one is required) that
+        has not started: the pending ones and the workflow steps still waiting for their
+        inputs (they would otherwise run there later, once their inputs complete); the ids
+        cancelled (with ``dry_run``, those that would be, nothing changed).
 
-        Each job is cancelled by the same atomic step as :meth:`cancel`, so a job a worker claims
-        meanwhile runs and is skipped, never half-cancelled; jobs enqueued while this runs are
-        cancelled too. A cancelled job can be re-driven with :meth:`retry`."""
+        Each job is cancelled by the same atomic step as :meth:`cancel`, a page of them per
+        store call, so a job a worker claims meanwhile runs and is skipped, never
+        half-cancelled; jobs enqueued while this runs are cancelled too. A cancelled job can be
+        re-driven with :meth:`retry`."""
         if queue is None and name is None:
             raise ConfigurationError("cancel_pending needs a queue or a job name (or both)")
         page = 500
         if dry_run:
             found: list[str] = []
-            while batch := self.jobs(
-                queue=queue, name=name, status="pending", limit=page, offset=len(found)
-            ):
-                found.extend(j.id for j in batch)
+            for status in QUEUED:
+                offset = 0
+                while batch := self.jobs(
+                    queue=queue, name=name, status=status, limit=page, offset=offset
+                ):
+                    offset += len(batch)
+                    found.extend(j.id for j in batch)
             return found
         done: list[str] = []
         tried: set[str] = set()
         while True:
             # Always the first page: what was cancelled or claimed has left it.
-            batch = [
-                j
-                for j in self.jobs(queue=queue, name=name, status="pending", limit=page)
+            ids = [
+                j.id
+                for status in QUEUED
+                for j in self.jobs(queue=queue, name=name, status=status, limit=page)
                 if j.id not in tried
             ]
-            if not batch:
+            if not ids:
                 return done
-            for job in batch:
-                tried.add(job.id)
-                try:
-                    self.backend.jobs_cancel(JobsCancelParams(job.id, pending_only=True))
-                except (InvalidTransition, JobNotFound):
-                    continue  # claimed (or purged) meanwhile
-                done.append(job.id)
+            tried.update(ids)
+            done += self.backend.jobs_cancel_many(JobsCancelManyParams(ids, pending_only=True))
 
     def purge_preview(
         self,

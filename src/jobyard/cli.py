@@ -631,8 +631,12 @@ def retry(app_ref: str, job_id: str) -> None:
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.argument("job_id", metavar="[ID]", required=False)
-@click.option("--queue", default=None, help="Cancel every pending job of this queue.")
-@click.option("--name", default=None, help="Cancel every pending job of this name.")
+@click.option(
+    "--queue", default=None, help="Cancel every job of this queue not started (waiting steps too)."
+)
+@click.option(
+    "--name", default=None, help="Cancel every job of this name not started (waiting steps too)."
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be cancelled; change nothing.")
 @click.option("--by", default=None, help="Who asks (recorded with the job; free text).")
 @click.option("--workflow", is_flag=True, help="Cancel the whole chain or group job ID belongs to.")
@@ -645,7 +649,8 @@ def cancel(
     by: str | None,
     workflow: bool,
 ) -> None:
-    """Cancel job ID, or every pending job of --queue and/or --name.
+    """Cancel job ID, or every job of --queue and/or --name that has not started: the pending
+    ones and the workflow steps still waiting for their inputs.
 
     A running job ID gets a cancellation request: its worker stops it at its next lease
     renewal (a sync handler only if it looks at current_job().cancel_requested). A cancelled
@@ -676,7 +681,7 @@ def cancel(
         _echo(found)
     what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
     verb = "would cancel" if dry_run else "cancelled"
-    _echo(f"{verb} {len(ids)} pending job(s) of {what}", err=True)
+    _echo(f"{verb} {len(ids)} pending or waiting job(s) of {what}", err=True)
 
 
 @cli.command()

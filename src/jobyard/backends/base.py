@@ -569,6 +569,20 @@ class JobsCancelParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsCancelManyParams:
+    """Cancel many jobs in one move (a workflow's jobs, a queue's pending ones): each job as
+    :class:`JobsCancelParams` would, but a job that is unknown, finished, or running with
+    ``pending_only`` is skipped (left as it is) instead of refused."""
+
+    ids: Sequence[str]
+    by: str | None = None
+    pending_only: bool = False
+
+    def __post_init__(self) -> None:
+        JobsCancelParams("", self.by)  # the same check of ``by``
+
+
+@dataclass(frozen=True, slots=True)
 class LeasesReapParams:
     """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
     a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
@@ -676,6 +690,15 @@ class JobsWaitParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsWakeParams:
+    """End the waiting claim (``JobsClaimParams.wait``) of worker ``worker_id`` on ``queues``
+    now, as a push signal would: the worker is stopping and must not sleep out its wait."""
+
+    worker_id: str
+    queues: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersBeatParams:
     """Register or refresh a worker; ``stopping`` removes it."""
 
@@ -691,6 +714,21 @@ class StatsParams:
     """Which queues to count (empty: all)."""
 
     queues: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuesNamesParams:
+    """Name the queues that hold finished jobs of ``statuses`` (finished states only,
+    ValueError otherwise): the queues a purge of those statuses could find work in."""
+
+    statuses: Sequence[str] = ("completed",)
+
+    def __post_init__(self) -> None:
+        statuses = tuple(dict.fromkeys(self.statuses))
+        bad = [s for s in statuses if s not in FINISHED]
+        if bad:
+            raise ValueError(f"only finished states ({', '.join(FINISHED)}) are named, not {bad}")
+        object.__setattr__(self, "statuses", statuses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -824,8 +862,9 @@ class StoreTidyParams:
     than ``min_dead`` dead rows plus ``dead_fraction`` of its live rows, or once that many rows
     were inserted since its last vacuum. Stores without dead rows do nothing.
 
-    Every store also forgets the rate buckets (:class:`Rate`) whose ``tat`` is past: an idle key
-    leaves nothing behind (a store may also let them expire by themselves: Redis key TTLs)."""
+    A store that keeps rate buckets (:class:`Rate`) in tables also forgets here those whose
+    ``tat`` is past, so an idle key leaves nothing behind (the others forget theirs by
+    themselves: memory as it claims, Redis by key TTLs)."""
 
     min_dead: int = 5000
     dead_fraction: float = 0.2
@@ -874,6 +913,12 @@ class Backend(Protocol):
         InvalidTransition if the job is finished."""
         ...
 
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Cancel each job as :meth:`jobs_cancel` would, in one round trip per store call
+        (Redis Cluster: one per queue), skipping the jobs it would refuse; the ids of those it
+        changed (cancelled, or a request recorded on a running one), in the order given."""
+        ...
+
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
         InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
@@ -897,6 +942,13 @@ class Backend(Protocol):
         """Sleep until woken by an insert (push signal) or timeout; True if woken."""
         ...
 
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """End that worker's waiting claim at once (see :class:`JobsWakeParams`): its in-process
+        waiters are woken (SQLite, PostgreSQL, memory), or a token is pushed on the worker's own
+        wake list, which its blocking read covers beside the queues' (Redis). A claim that is
+        not waiting yet returns at once from its next wait; waking others is allowed."""
+        ...
+
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; which leases were lost (token no longer matches)
         and which renewed jobs have a cancellation request."""
@@ -904,11 +956,6 @@ class Backend(Protocol):
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed: an attempt was spent on each."""
-        ...
-
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
-        dropped."""
         ...
 
     # queues, workers, stats
@@ -945,9 +992,11 @@ class Backend(Protocol):
         gets a row too, for its top keys. A read for status: it may count a queue's jobs."""
         ...
 
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
-        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of ``params.statuses``, by name: one cheap read of
+        what the store keeps with the moves, never a count or a scan of jobs (maintenance
+        asks it every few seconds). A name too many is allowed (it costs its caller an empty
+        purge); a queue holding such jobs is never left out."""
         ...
 
     def store_info(self) -> StoreInfo:
@@ -1012,6 +1061,33 @@ class TransactionalBackend(Backend, Protocol):
         ...
 
 
+@runtime_checkable
+class ExpiringBackend(Backend, Protocol):
+    """A store that keeps a retention of its own, apart from any purge (Redis: the URL's
+    ``result_ttl`` and ``failed_ttl``, a queue fed with a time to live): every worker's
+    maintenance applies it after each reap. The others keep finished jobs until purged, and
+    have nothing to expire."""
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
+        dropped."""
+        ...
+
+
+@runtime_checkable
+class TidyingBackend(Backend, Protocol):
+    """A store that needs housekeeping beside the moves of jobs: PostgreSQL (every move leaves
+    a dead row behind: a vacuum of the hot partitions) and SQLite (the WAL checkpointed here
+    rather than inside a claim's or an ack's commit). Every worker's maintenance calls it about
+    once a second on a thread of its own. Redis and memory free what they delete, and have
+    nothing to tidy."""
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
+        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+        ...
+
+
 class Consumer(Protocol):
     """A consumer of a foreign list or stream, run by the workers of its App."""
 
@@ -1063,6 +1139,18 @@ def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
     raise _lacks(
         backend, feature, "a store that consumes lists and streams of other programs (Redis)"
     )
+
+
+def as_expiring(backend: Backend) -> ExpiringBackend | None:
+    """``backend`` if it keeps a retention of its own (:class:`ExpiringBackend`), else None:
+    an optional duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, ExpiringBackend) else None
+
+
+def as_tidying(backend: Backend) -> TidyingBackend | None:
+    """``backend`` if it has tables to tidy (:class:`TidyingBackend`), else None: an optional
+    duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, TidyingBackend) else None
 
 
 def _lacks(backend: Backend, feature: str, needs: str) -> ConfigurationError:

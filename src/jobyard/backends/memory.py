@@ -31,13 +31,14 @@ from .base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
-    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
+    JobsWakeParams,
     KeyStats,
     LeasesReapParams,
     LeasesRenewParams,
@@ -48,6 +49,7 @@ from .base import (
     Purged,
     QueueConfig,
     QueueLimits,
+    QueuesNamesParams,
     QueueStats,
     Rate,
     Reaped,
@@ -59,7 +61,6 @@ from .base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -277,6 +278,9 @@ class MemoryBackend:
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Waiting or pending -> cancelled; running: a request recorded once."""
+        return self._cancel(params)
+
+    def _cancel(self, params: JobsCancelParams) -> JobRecord:
         with self._lock:
             row = self._row(params.id)
             now = self._now()
@@ -295,6 +299,18 @@ class MemoryBackend:
             else:
                 raise InvalidTransition.cannot_cancel(params.id, rec.status)
             return row.rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Each job as jobs_cancel, under one lock; the refused ones skipped."""
+        changed: list[str] = []
+        with self._lock:
+            for job_id in params.ids:
+                try:
+                    self._cancel(JobsCancelParams(job_id, params.by, params.pending_only))
+                except (JobNotFound, InvalidTransition):
+                    continue
+                changed.append(job_id)
+        return changed
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""
@@ -469,6 +485,14 @@ class MemoryBackend:
                 running[scope] = running.get(scope, 0) + 1
             chosen.append(row)
         if take:
+            # A bucket whose tat is past is the same as none: forget those (an idle key leaves
+            # nothing behind), then store what this claim took.
+            for bucket in [b for b, tat in self._tats.items() if tat <= now]:
+                del self._tats[bucket]
+            for queue, last in self._last_turn.items():
+                current = self._round.get(queue, 0)
+                for key in [k for k, turn in last.items() if turn < current]:
+                    del last[key]
             self._tats.update(tats)
             for row in chosen:
                 if row.turn > self._round.get(row.rec.queue, 0):
@@ -527,6 +551,14 @@ class MemoryBackend:
             self._lock.wait_for(lambda: self._inserts != seen, timeout=params.timeout)
             return self._inserts != seen
 
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake every waiter, as an insert does; the worker's next waiting claim returns at
+        once even if it was not waiting yet (its mark is one no count equals)."""
+        with self._lock:
+            self._waiters[params.worker_id] = -1
+            self._inserts += 1
+            self._lock.notify_all()
+
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Push leases forward and store progress; the lost ones and the cancel requests."""
         out = Renewed()
@@ -577,11 +609,6 @@ class MemoryBackend:
                 self._lock.notify_all()
         return reaped
 
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
-        return 0
-
     # queues, workers, stats -------------------------------------------------------------------
 
     def queues_configure(self, config: QueueConfig) -> None:
@@ -618,6 +645,12 @@ class MemoryBackend:
             self._forget_workers(self._now())
             return sorted(self._workers.values(), key=lambda w: w.started_at)
 
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses, by name."""
+        with self._lock:
+            wanted = set(params.statuses)
+            return sorted({r.rec.queue for r in self._rows.values() if r.rec.status in wanted})
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue."""
         with self._lock:
@@ -640,19 +673,6 @@ class MemoryBackend:
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """No dead rows in a dict; the rate buckets past their ``tat`` and the keys of fair
-        queues left behind the current round are forgotten (an idle key leaves nothing)."""
-        with self._lock:
-            now = self._now()
-            for bucket in [b for b, tat in self._tats.items() if tat <= now]:
-                del self._tats[bucket]
-            for queue, last in self._last_turn.items():
-                current = self._round.get(queue, 0)
-                for key in [k for k, turn in last.items() if turn < current]:
-                    del last[key]
-        return []
 
     # flow control -----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ class Queries:
     jobs_list_workflow: str
     jobs_list_ids: str
     jobs_cancel: str
+    jobs_cancel_many: str
     jobs_retry: str
     purge_fence: str
     jobs_purge: str
@@ -41,6 +42,7 @@ class Queries:
     limit_buckets_list: str
     limit_buckets_forget: str
     vacuum_limit_buckets: str
+    queues_names: str
     workers_beat: str
     workers_list: str
     stats_get: str

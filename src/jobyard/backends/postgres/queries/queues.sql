@@ -98,6 +98,15 @@ GROUP BY queue, name, limit_key;
 
 -- name: limit_buckets_list
 SELECT queue, job, tat, interval, burst FROM limit_buckets WHERE key = '';
+-- name: queues_names
+-- The queues holding finished jobs of %(statuses)s: the counts kept with the moves
+-- (0004_counts.sql), a few rows, never the partitions (maintenance asks every few seconds).
+SELECT queue
+FROM job_counts
+WHERE status = ANY(%(statuses)b::text[])
+GROUP BY queue
+HAVING sum(n) > 0
+ORDER BY queue;
 
 -- name: stats_get
 -- Rows of (queue, kind, n): kind is a status (a count), 'configured' (a queue with settings),

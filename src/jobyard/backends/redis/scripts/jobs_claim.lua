@@ -41,13 +41,13 @@ local groups = {}
 for g = 1, ng do
   local k = queue_keys(g)
   groups[g] = k
-  lapse_if_due(k)
+  local lapsed = lapse_if_due(k) -- -1: lapsed with workflow jobs, left to jobs_expire
   local conf = redis.call('HMGET', k.config, 'paused', 'max_concurrency')
   local cap = limit
   if conf[2] then
     cap = math.min(cap, tonumber(conf[2]) - redis.call('ZCARD', k.claims))
   end
-  if conf[1] ~= '1' and cap > 0 then
+  if conf[1] ~= '1' and cap > 0 and lapsed >= 0 then
     -- Levels from the highest priority down: a lower level can only fill what is left. A
     -- level may have segments beside it (a published batch's entries being merged into it,
     -- see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each of the
