@@ -65,6 +65,7 @@ from ..base import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     STATUSES,
+    Claimed,
     ClaimedJob,
     Delivery,
     Inserted,
@@ -81,6 +82,9 @@ from ..base import (
     JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     Purged,
     QueueConfig,
     QueuesNamesParams,
@@ -460,7 +464,11 @@ class RedisBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs (see :meth:`_jobs_claim`)."""
+        return Claimed(self._jobs_claim(params))  # limits: not yet held by this store
+
+    def _jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
         """Claim due jobs in priority, run_at, enqueue order (one script on one node).
 
         On Cluster with several queues each queue is a script of its own, so the claim first
@@ -887,6 +895,13 @@ class RedisBackend:
     def workers_list(self) -> list[WorkerInfo]:
         """Registered workers, oldest first."""
         return _admin.workers_list(self.core)
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Not yet held by this store: job names' limits are not stored."""
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Not yet held by this store: no limit is shown."""
+        return []
 
     def queues_names(self, params: QueuesNamesParams) -> list[str]:
         """Every queue ever written to or configured (one set read): a superset, which the
