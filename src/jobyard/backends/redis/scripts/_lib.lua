@@ -481,13 +481,32 @@ local function waits_on(job)
   return after ~= nil and #after > 0
 end
 
+-- on_conflict = "replace" (row field 17: 1 = the payload, 2 = the payload and run_at): the
+-- pending job n holding the key takes the row's payload, and its run_at (row fields 5 and 6,
+-- as for a new job) when the row sets one, moving its ready entry. Its other fields stay.
+local function replace_pending(k, n, job, now)
+  local jk = job_key(k, n)
+  redis.call('HSET', jk, 'payload', job[3])
+  if job[17] ~= 2 then
+    return
+  end
+  local run_at = nz(job[6]) or (now + job[5])
+  local prio = redis.call('HGET', jk, 'priority')
+  redis.call('HSET', jk, 'run_at', run_at)
+  if prio and tonumber(prio) then
+    from_ready(k, n, prio)
+    to_ready(k, n, prio, run_at)
+  end
+end
+
 -- Insert jobs, all or nothing (jobs_insert.lua, schedules_fire.lua).
 --   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
 --   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
 --   o.registry (set key or nil),
 --   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts,
 --   o.stage ({id, lo, hi}: a slice of a staged batch, with o.numbers; see above)
--- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number)}
+-- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number, 2 =
+-- an existing pending job's number that took this row's arguments: on_conflict = "replace")}
 -- (two strings: a batch's reply stays small), {"full", queue, max_pending}, or {"busy",
 -- queue, key} when a job of a batch still staged holds a key (the caller waits for that batch).
 local function insert_jobs(o)
@@ -526,11 +545,20 @@ local function insert_jobs(o)
           if staged(groups[g], n) and not (own and in_ranges(own, n)) then
             return {'busy', o.names[g], key}
           end
-          held = {n = n}
+          held = {n = n, replace = st == 'pending' and nz(job[17])}
         end
       end
       if not held and in_batch[g .. '|' .. key] then
-        held = {first = in_batch[g .. '|' .. key]}
+        local first = in_batch[g .. '|' .. key]
+        held = {first = first}
+        if nz(job[17]) then -- a debounce inside the batch: the first job is written with these
+          local f = o.jobs[first]
+          f[3] = job[3]
+          if job[17] == 2 then
+            f[5], f[6] = job[5], job[6]
+          end
+          held.replaced = true
+        end
       end
     end
     if held and held.again then
@@ -594,8 +622,15 @@ local function insert_jobs(o)
     local n, created
     if p.n then
       n, created = p.n, 0
+      if p.replace then -- on_conflict = "replace" on a pending holder (see replace_pending)
+        replace_pending(groups[job[1]], n, job, o.now)
+        created = 2
+        if job[17] == 2 then
+          fresh[job[1]] = fresh[job[1]] + 1 -- its run_at moved: wake a worker
+        end
+      end
     elseif p.first then
-      n, created = numbers[p.first], 0
+      n, created = numbers[p.first], p.replaced and 2 or 0
     elseif p.again then
       n, created = int(o.numbers[i]), 1
     else
