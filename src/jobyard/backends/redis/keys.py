@@ -178,3 +178,13 @@ def claims_key(key: str) -> str:
 def dead_key(key: str) -> str:
     """Where dropped and undecodable entries go, so none is lost silently."""
     return key + ".dead"
+
+
+def deliveries_key(key: str) -> str:
+    """A list's delivery counts (entry -> deliveries without an ack), with ``max_deliveries``."""
+    return key + ".deliveries"
+
+
+def reasons_key(dead: str) -> str:
+    """Why each entry of a list's dead list is there (entry -> reason)."""
+    return dead + ".reasons"
