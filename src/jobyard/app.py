@@ -20,12 +20,16 @@ from .backends.base import (
     CatchUp,
     Consumer,
     Delivery,
+    JobLimits,
     JobsCancelParams,
     JobsListParams,
     JobsPurgeParams,
+    LimitsStatsParams,
+    LimitStats,
     Purged,
     QueueConfig,
     QueueStats,
+    Rate,
     Schedule,
     SchedulesPauseParams,
     StatsParams,
@@ -37,6 +41,7 @@ from .clock import Clock, SystemClock
 from .errors import ConfigurationError, InvalidTransition, JobNotFound
 from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
+from .limits import check_fair, job_limits, queue_limits
 from .retry import Backoff, as_backoff
 from .workflow import MAX_WORKFLOW, Workflow, build_workflow, place_of, purge_plan
 
@@ -139,6 +144,10 @@ class App:
         timeout: float | None = None,
         lease: float = DEFAULT_LEASE,
         delivery: Delivery = "at_least_once",
+        rate_limit: str | Rate | None = None,
+        key_concurrency: int | None = None,
+        key_rate_limit: str | Rate | None = None,
+        key: str | Callable[..., str] | None = None,
     ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
     def job(
@@ -154,13 +163,29 @@ class App:
         timeout: float | None = None,
         lease: float = DEFAULT_LEASE,
         delivery: Delivery = "at_least_once",
+        rate_limit: str | Rate | None = None,
+        key_concurrency: int | None = None,
+        key_rate_limit: str | Rate | None = None,
+        key: str | Callable[..., str] | None = None,
     ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
         """Register a handler. ``max_attempts`` and ``backoff`` left unset take the queue's
-        settings (``configure_queue``), else 4 attempts with exponential backoff."""
+        settings (``configure_queue``), else 4 attempts with exponential backoff.
+
+        Flow control (held by the store's claim across every worker; see :mod:`jobyard.limits`):
+        ``rate_limit`` ("100/s", "600/m") caps this job's starts in its queue, smoothed;
+        ``key_concurrency`` caps its running jobs per key and ``key_rate_limit`` their starts
+        per key. ``key`` is the job's key, text or a function of its arguments (e.g.
+        ``key=lambda customer, **_: f"customer:{customer}"``); ``.options(key=...)`` sets it
+        per enqueue. Bad values are refused here, naming them."""
+        job_name = name
 
         def register(f: Callable[P, R]) -> JobFunction[P, R]:
+            label = job_name or f.__name__
+            check_name("job", label)
+            check_name("queue", queue)
+            limits = job_limits(queue, label, rate_limit, key_concurrency, key_rate_limit)
             opts = JobOptions(
-                name=name or f.__name__,
+                name=label,
                 queue=queue,
                 priority=priority,
                 max_attempts=max_attempts,
@@ -168,6 +193,8 @@ class App:
                 timeout=timeout,
                 lease=lease,
                 delivery=delivery,
+                limits=limits if limits.limits else None,
+                key=key,
             )
             if opts.name in self.registry:
                 raise ConfigurationError(f"a job named {opts.name!r} is registered already")
@@ -405,6 +432,18 @@ class App:
         queue sets no retention, and its server's warnings."""
         return self.backend.store_info()
 
+    def job_limits(self) -> list[JobLimits]:
+        """The limits of every registered job, empty ones included (a worker stores them all, so
+        a limit removed from the code is removed from the store)."""
+        return [
+            jf.opts.limits or JobLimits(jf.opts.queue, jf.name) for jf in self.registry.values()
+        ]
+
+    def limits(self, queues: Sequence[str] = (), top_keys: int = 5) -> list[LimitStats]:
+        """Each limited queue and job name as it stands (how full), with the keys of each queue
+        that hold the most pending jobs (see :class:`jobyard.backends.base.LimitStats`)."""
+        return self.backend.limits_stats(LimitsStatsParams(tuple(queues), top_keys))
+
     def workers(self) -> list[WorkerInfo]:
         """Live workers."""
         return self.backend.workers_list()
@@ -423,13 +462,30 @@ class App:
         max_pending: int | None = None,
         paused: bool = False,
         retention: float | None = None,
+        rate_limit: str | Rate | None = None,
+        key_concurrency: int | None = None,
+        key_rate_limit: str | Rate | None = None,
+        fair: bool = False,
     ) -> QueueConfig:
         """Store a queue's whole configuration (settings left out are cleared); they apply to
         jobs enqueued afterwards that set none. ``max_concurrency`` holds across every worker of
         every host. ``retention``: seconds a completed job of the queue is kept after it
         finished (None: the store's default: a day on Redis, until purged elsewhere); workers
-        apply it. To pause or resume without touching the rest, see :meth:`pause_queue`."""
+        apply it. To pause or resume without touching the rest, see :meth:`pause_queue`.
+
+        Flow control, held by the claim across every worker (see :mod:`jobyard.limits`):
+        ``rate_limit`` ("600/m") caps the queue's starts, smoothed; ``key_concurrency`` and
+        ``key_rate_limit`` cap the running jobs and the starts of each key
+        (``.options(key=...)``); ``fair=True`` takes the queue's jobs in turns between keys
+        (refused for a queue whose registered jobs declare no key). Bad values are refused
+        here, naming them."""
         check_name("queue", name)
+        limits = queue_limits(rate_limit, key_concurrency, key_rate_limit, fair)
+        check_fair(
+            name,
+            limits.fair,
+            (jf.opts.keyed for jf in self.registry.values() if jf.opts.queue == name),
+        )
         for label, value in (
             ("max_concurrency", max_concurrency),
             ("max_attempts", max_attempts),
@@ -450,6 +506,7 @@ class App:
             max_pending=max_pending,
             paused=paused,
             retention=None if retention is None else float(retention),
+            limits=limits,
         )
         self.backend.queues_configure(config)
         return config

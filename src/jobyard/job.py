@@ -22,6 +22,7 @@ from .backends.base import (
     MAX_IDEMPOTENCY_KEY,
     Delivery,
     Inserted,
+    JobLimits,
     JobRecord,
     NewJob,
     OnConflict,
@@ -32,6 +33,7 @@ from .backends.base import (
 )
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
+from .limits import check_key
 from .retry import Backoff, as_backoff
 
 P = ParamSpec("P")
@@ -100,6 +102,7 @@ class Job:
     workflow_id: str | None = None
     depends_on: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
+    key: str | None = None  # the limit key (``.options(key=...)``)
 
     @classmethod
     def from_record(cls, rec: JobRecord) -> Job:
@@ -149,6 +152,7 @@ class Job:
             workflow_id=rec.workflow_id,
             depends_on=rec.depends_on,
             children=rec.dependents,
+            key=rec.key,
         )
 
 
@@ -223,6 +227,10 @@ class JobOptions:
     timeout: float | None = None
     lease: float = DEFAULT_LEASE
     delivery: Delivery = "at_least_once"
+    # Flow control (jobyard.limits): the job name's own limits, and its key: a text, or a
+    # function of the job's arguments returning it (``@app.job(key=...)``).
+    limits: JobLimits | None = None
+    key: str | Callable[..., str] | None = None
     # per-enqueue only (set through .options()):
     delay: float = 0.0
     run_at: float | None = None
@@ -245,6 +253,12 @@ class JobOptions:
         check_priority(self.priority)
         check_delay(self.delay)
         check_run_at(self.run_at)
+        if isinstance(self.key, str):
+            check_key(self.key)
+        elif self.key is not None and not callable(self.key):
+            raise ConfigurationError(
+                f"key must be text or a function of the job's arguments, got {self.key!r:.80}"
+            )
         key = self.idempotency_key
         if key is not None and not _valid_key(key):
             raise ConfigurationError(
@@ -253,6 +267,25 @@ class JobOptions:
             )
         if self.on_conflict != "keep":
             check_on_conflict(self.on_conflict)  # the key it needs is checked at enqueue
+
+    @property
+    def keyed(self) -> bool:
+        """Whether this job carries a key by declaration (a ``key``, or limits about keys)."""
+        return self.key is not None or (self.limits is not None and self.limits.limits.keyed)
+
+    def limit_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The job's key for one call: the text given, or what the key function returns for
+        these arguments (checked as any key)."""
+        key = self.key
+        if key is None or isinstance(key, str):
+            return key
+        try:
+            made = key(*args, **kwargs)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"the key function of job {self.name!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        return check_key(made)
 
     def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
         """The store-level job for one call, its arguments checked to be JSON."""
@@ -271,6 +304,7 @@ class JobOptions:
             idempotency_key=self.idempotency_key,
             parent_id=self.parent_id,
             on_conflict=self.on_conflict,
+            key=None if self.key is None else self.limit_key(args, kwargs),
         )
 
 
@@ -378,9 +412,11 @@ class JobFunction(Generic[P, R]):
         on_conflict: OnConflict | None = None,
         parent_id: str | None = None,
         connection: Any = None,
+        key: str | None = None,
     ) -> JobFunction[P, R]:
         """A copy with per-enqueue options. ``connection`` (PostgreSQL) enqueues inside the
-        caller's transaction: the job exists if and only if that transaction commits.
+        caller's transaction: the job exists if and only if that transaction commits. ``key``
+        is the limit key (key_concurrency, key_rate_limit and fair turns count by it).
 
         ``on_conflict`` (with ``idempotency_key``): ``"keep"`` (the default) returns the
         pending or running job holding the key unchanged; ``"replace"`` gives a *pending*
@@ -402,6 +438,7 @@ class JobFunction(Generic[P, R]):
                 "on_conflict": on_conflict,
                 "parent_id": parent_id,
                 "connection": connection,
+                "key": key,
             }.items()
             if v is not None
         }

@@ -382,29 +382,6 @@ def test_timeouts_fail_the_attempt(make_app: Callable[..., jobyard.App]) -> None
     assert app.get(s.id).result is None  # the late return was discarded
 
 
-def test_max_concurrency_across_two_workers(make_app: Callable[..., jobyard.App]) -> None:
-    app = make_app()
-    app.configure_queue("limited", max_concurrency=2)
-    lock = threading.Lock()
-    active = [0]
-    peak = [0]
-
-    @app.job(queue="limited")
-    def probe() -> None:
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        time.sleep(0.05)
-        with lock:
-            active[0] -= 1
-
-    handles = probe.enqueue_many([((), {}) for _ in range(12)])
-    with running_worker(app, concurrency=4), running_worker(app, concurrency=4):
-        for h in handles:
-            h.result(timeout=30)
-    assert peak[0] == 2
-
-
 def test_heartbeat_keeps_a_job_longer_than_its_lease(make_app: Callable[..., jobyard.App]) -> None:
     app = make_app()
     runs: list[int] = []

@@ -323,15 +323,6 @@ def test_queue_settings_apply_where_the_job_sets_none(backend: Backend) -> None:
     assert [q.name for q in backend.queues_list()] == ["q"]
 
 
-def test_max_concurrency_counts_running_jobs_of_every_worker(backend: Backend) -> None:
-    backend.queues_configure(QueueConfig("q", max_concurrency=2))
-    insert(backend, *[new() for _ in range(5)])
-    assert len(claim(backend, 10, worker="w1")) == 2
-    assert claim(backend, 10, worker="w2") == []
-    backend.queues_configure(QueueConfig("q", max_concurrency=3))
-    assert len(claim(backend, 10, worker="w2")) == 1
-
-
 def test_paused_queue_is_not_claimed(backend: Backend) -> None:
     backend.queues_configure(QueueConfig("q", paused=True))
     insert(backend, new())

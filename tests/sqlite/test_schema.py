@@ -105,6 +105,7 @@ def test_opening_migrates_once_and_records_each_version(
         (6, "0006_cancel_progress"),
         (7, "0007_workflows"),
         (8, "0008_workflow_holds"),
+        (9, "0009_limits"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()

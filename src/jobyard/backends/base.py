@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -58,6 +58,7 @@ CANCEL_LOST_ERROR = "cancelled on request: the worker running it stopped renewin
 MAX_IDEMPOTENCY_KEY = 200  # characters of an idempotency key (checked by JobOptions)
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
+MAX_LIMIT_KEY = 200  # characters of a limit key (``.options(key=...)``, checked by JobOptions)
 
 
 # --- records -------------------------------------------------------------------------------
@@ -98,6 +99,7 @@ class JobRecord:
     workflow_id: str | None = None
     depends_on: tuple[str, ...] = ()
     dependents: tuple[str, ...] = ()
+    key: str | None = None  # the limit key (NewJob.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,123 @@ class ClaimedJob:
     parent_id: str | None
 
 
+# --- flow control (limits enforced inside jobs_claim) ------------------------------------------
+#
+# The parsing, bounds and rules of who may declare what live in ``jobyard.limits`` (the core);
+# here are the types a store receives and the arithmetic every store applies alike.
+
+RATE_MAX_COUNT = 10**9  # starts per period
+RATE_MIN_PER, RATE_MAX_PER = 1.0, 7 * 86400.0  # seconds of a rate's period
+MAX_KEY_CONCURRENCY = 2**31 - 1
+# A burst of a tenth of a second's starts: "100/s" lets 10 start at once, then one every 10 ms.
+RATE_BURST_WINDOW = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` starts per ``per`` seconds across every worker, smoothed: a GCRA
+    (generic cell rate algorithm, a token bucket kept as one instant) whose state is one float
+    per bucket, ``tat``, the "theoretical arrival time" (absent: as if ``tat <= now``).
+
+    With ``T = per / count`` (:attr:`interval`) and ``B`` = :attr:`burst`, a claim at ``now``
+    sees ``s = max(tat, now)`` and may start :meth:`admits` ``= max(0, floor((now - s) / T +
+    B))`` jobs; starting ``k`` of them stores ``tat = s + k * T`` (:meth:`taken`). A held back
+    start is admitted again from :meth:`opens_at` ``= s - (B - 1) * T``. The bound this gives,
+    over any window of ``w`` seconds: at most ``w / T + B`` starts. A bucket whose ``tat`` is
+    past is the same as no bucket: the store may forget it (``store_tidy``)."""
+
+    count: int
+    per: float = 1.0
+    burst: int = 0  # 0: RATE_BURST_WINDOW seconds' worth of starts, at least 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.count, int) or not 1 <= self.count <= RATE_MAX_COUNT:
+            raise ConfigurationError(
+                f"a rate's count must be a whole number from 1 to {RATE_MAX_COUNT}, "
+                f"got {self.count!r}"
+            )
+        if not _is_number(self.per) or not RATE_MIN_PER <= self.per <= RATE_MAX_PER:
+            raise ConfigurationError(
+                f"a rate's period must be from {RATE_MIN_PER:.0f} s to {RATE_MAX_PER:.0f} s "
+                f"(7 days), got {self.per!r}"
+            )
+        object.__setattr__(self, "per", float(self.per))
+        if not self.burst:
+            per_second = self.count / self.per
+            object.__setattr__(self, "burst", max(1, int(per_second * RATE_BURST_WINDOW)))
+        if not isinstance(self.burst, int) or not 1 <= self.burst <= self.count:
+            raise ConfigurationError(
+                f"a rate's burst must be a whole number from 1 to its count, got {self.burst!r}"
+            )
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two starts at the steady rate (``T``)."""
+        return self.per / self.count
+
+    def admits(self, tat: float | None, now: float) -> int:
+        """How many starts the bucket allows at ``now`` (``tat`` None: an empty bucket)."""
+        s = now if tat is None else max(tat, now)
+        return max(0, int((now - s) / self.interval + self.burst + 1e-9))
+
+    def taken(self, tat: float | None, now: float, k: int) -> float:
+        """The bucket's ``tat`` after ``k`` starts at ``now``."""
+        return (now if tat is None else max(tat, now)) + k * self.interval
+
+    def opens_at(self, tat: float | None, now: float) -> float:
+        """When the bucket next admits a start (``now`` if it does now)."""
+        s = now if tat is None else max(tat, now)
+        return max(now, s - (self.burst - 1) * self.interval)
+
+    def text(self) -> str:
+        """As a user writes it: ``100/s``, ``600/m``, ``5/10s``."""
+        units = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}
+        if self.per in units:
+            return f"{self.count}/{units[self.per]}"
+        return f"{self.count}/{self.per:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Limits on starts, held by ``jobs_claim`` across every worker of every host: of a queue
+    (:attr:`QueueConfig.limits`), or of one job name in one queue (:class:`JobLimits`).
+
+    - ``rate``: starts of the scope's jobs (:class:`Rate`; one bucket per scope).
+    - ``key_concurrency``: at most that many ``running`` jobs of the scope with the same key
+      (``NewJob.key``); jobs without a key are not concerned. Counted from the running jobs
+      themselves, so a lapsed lease holds its key slot until ``leases_reap`` rescues the job.
+    - ``key_rate``: starts of the scope's jobs with the same key (one bucket per key).
+    - ``fair`` (queues only): the queue's due jobs are taken in turns between keys (round
+      robin; jobs without a key take their turns as one more key).
+    """
+
+    rate: Rate | None = None
+    key_concurrency: int | None = None
+    key_rate: Rate | None = None
+    fair: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        """Whether any of these limits is about keys."""
+        return self.key_concurrency is not None or self.key_rate is not None or self.fair
+
+    def __bool__(self) -> bool:
+        return self.rate is not None or self.keyed
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """The limits ``@app.job(rate_limit=..., key_concurrency=..., key_rate_limit=...)`` declares
+    for the jobs named ``name`` in ``queue`` (the queue ``@app.job`` names; the same job sent
+    to another queue with ``.options(queue=...)`` is not concerned). Every bucket and every
+    key count of a job's limits is per (queue, name): never shared with another job name or
+    with the queue's own limits. ``fair`` is never set here (a queue's setting)."""
+
+    queue: str
+    name: str
+    limits: QueueLimits = field(default_factory=QueueLimits)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
     """Per-queue settings kept in the store."""
@@ -131,6 +250,9 @@ class QueueConfig:
     # Seconds a completed job of this queue is kept after it finished; None: the store's
     # default (Redis: the URL's result_ttl; elsewhere until purged or a worker's --retention).
     retention: float | None = None
+    # Flow control of the queue's jobs (see QueueLimits and jobs_claim); max_concurrency above
+    # is one more limit of the same gate.
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +377,9 @@ class NewJob:
     # idempotency keys.
     workflow_id: str | None = None
     after: tuple[int, ...] = ()
+    # The limit key (``.options(key="customer:42")``): what key_concurrency, key_rate and fair
+    # turns count by, within the queue. Checked by JobOptions (1 to MAX_LIMIT_KEY characters).
+    key: str | None = None
     # A key held by a pending job: "keep" returns that job unchanged; "replace" gives it this
     # job's payload, and this job's run_at (``run_at``, else now + ``delay``) when this job sets
     # either (a delay of 0 and no run_at leave the holder's run_at as it was); nothing else of
@@ -296,7 +421,7 @@ class NewJob:
 
 
 _NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
-_WORKFLOW_FIELDS = ("after", "workflow_id")
+_WORKFLOW_FIELDS = ("after", "workflow_id", "key")  # left out when unset: text as before
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +466,12 @@ class Inserted:
 
 @dataclass(frozen=True, slots=True)
 class JobsClaimParams:
-    """Claim up to ``limit`` due jobs from ``queues``, in DESIGN.md order, honouring each
-    queue's max_concurrency across all workers. Counts an attempt and issues a fresh token.
+    """Claim up to ``limit`` due jobs from ``queues``, in DESIGN.md order (a fair queue: in
+    turns between keys), through the store's one *gate*: paused, max_concurrency and every
+    :class:`QueueLimits` of the queue and of the jobs' names (:class:`JobLimits`), across all
+    workers, each start counted against them as it is made. A job a limit holds back stays
+    pending, untouched, and does not hold back the jobs behind it that no exhausted limit
+    concerns. Counts an attempt and issues a fresh token.
 
     ``wait`` > 0: first sleep until a push signal for ``queues`` arrives (as :meth:`jobs_wait`)
     or ``wait`` seconds pass, then claim, whichever ended the sleep. An idle worker's next claim:
@@ -354,6 +483,22 @@ class JobsClaimParams:
     queues: Sequence[str]
     limit: int
     wait: float = 0.0
+
+
+class Claimed(list[ClaimedJob]):
+    """What :meth:`Backend.jobs_claim` returns: a ``list`` of the claimed jobs, with
+    ``next_open`` beside it: when a rate limit held back a due job, the seconds from the
+    store's now until the first such limit admits a start again (the worker's next claim need
+    not come sooner); None when no rate held a job back."""
+
+    next_open: float | None
+
+    def __init__(self, jobs: Iterable[ClaimedJob] = (), next_open: float | None = None) -> None:
+        super().__init__(jobs)
+        self.next_open = next_open
+
+    def __repr__(self) -> str:
+        return f"Claimed({list(self)!r}, next_open={self.next_open!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -661,11 +806,64 @@ class SchedulesPauseParams:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsSyncParams:
+    """Store the limits of these job names (every worker at start, for the jobs it registers):
+    each (queue, name) given replaces the stored one; one with empty limits deletes it. Names
+    not given are left as they are."""
+
+    jobs: Sequence[JobLimits]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsStatsParams:
+    """Which queues' limits to read (empty: all), and how many of the keys holding the most
+    pending jobs to list per queue."""
+
+    queues: Sequence[str] = field(default_factory=tuple)
+    top_keys: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStats:
+    """One key of a queue: its pending (due or not) and running jobs."""
+
+    key: str
+    pending: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStats:
+    """One limited scope as it stands: a queue's own limits (``job`` None: its
+    ``max_concurrency`` and :attr:`QueueConfig.limits`) or a job name's (:class:`JobLimits`).
+
+    ``running``: running jobs of the scope. ``rate_used``: how much of the rate's burst is
+    taken now, from 0 (idle) to 1 (the next start waits), None without a rate.
+    ``keys_running``: how many keys have running jobs in the scope; ``keys_full``: how many of
+    them are at ``key_concurrency`` (0 without it). ``top_keys`` (queue rows only, and only for
+    a queue whose jobs carry keys): up to ``top_keys`` keys with the most pending jobs, most
+    first, then by key."""
+
+    queue: str
+    job: str | None
+    limits: QueueLimits
+    max_concurrency: int | None
+    running: int
+    rate_used: float | None
+    keys_running: int
+    keys_full: int
+    top_keys: tuple[KeyStats, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StoreTidyParams:
     """Housekeeping of the store itself, run by every worker's maintenance: a table that churns
     (every move of a job leaves a dead row behind on PostgreSQL) is vacuumed once it holds more
     than ``min_dead`` dead rows plus ``dead_fraction`` of its live rows, or once that many rows
-    were inserted since its last vacuum. Stores without dead rows do nothing."""
+    were inserted since its last vacuum. Stores without dead rows do nothing.
+
+    Every store also forgets the rate buckets (:class:`Rate`) whose ``tat`` is past: an idle key
+    leaves nothing behind (a store may also let them expire by themselves: Redis key TTLs)."""
 
     min_dead: int = 5000
     dead_fraction: float = 0.2
@@ -725,8 +923,8 @@ class Backend(Protocol):
         ...
 
     # worker side
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs (see :class:`JobsClaimParams`)."""
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs through the gate (see :class:`JobsClaimParams`, :class:`Claimed`)."""
         ...
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
@@ -772,6 +970,17 @@ class Backend(Protocol):
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
+        ...
+
+    # flow control
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store job names' limits (see :class:`LimitsSyncParams`)."""
+        ...
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Every limited scope of the queues asked, queue rows first then job rows by name,
+        queues by name (see :class:`LimitStats`); a queue with keyed pending jobs and no limit
+        gets a row too, for its top keys. A read for status: it may count a queue's jobs."""
         ...
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:

@@ -10,6 +10,7 @@ import itertools
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..clock import Clock
@@ -25,6 +26,7 @@ from .base import (
     QUEUED,
     REDRIVABLE,
     STATUSES,
+    Claimed,
     ClaimedJob,
     Inserted,
     JobRecord,
@@ -36,12 +38,18 @@ from .base import (
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
+    KeyStats,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
+    QueueLimits,
     QueueStats,
+    Rate,
     Reaped,
     Renewed,
     Schedule,
@@ -68,6 +76,11 @@ class _Row:
     lease_expires_at: float | None = None
     waits: int = 0  # inputs of a waiting job not completed yet
     holds: int = 0  # dependents not completed (nor deleted) yet: while > 0 a completed job stays
+    turn: int = 0  # a fair queue's round this job belongs to (see _turn)
+
+
+# A rate bucket: (queue, job name or None for the queue's own limits, key or None).
+_Bucket = tuple[str, str | None, str | None]
 
 
 class MemoryBackend:
@@ -87,6 +100,12 @@ class MemoryBackend:
         self._ids = itertools.count(1)
         self._inserts = 0
         self._waiters: dict[str, int] = {}  # worker id -> _inserts when its last wait returned
+        self._job_limits: dict[tuple[str, str], QueueLimits] = {}  # (queue, name) -> limits
+        self._tats: dict[_Bucket, float] = {}  # rate buckets (base.Rate): bucket -> tat
+        # Fair queues: queue -> key -> the last turn given to one of its jobs, and queue -> the
+        # turn of the latest job claimed (the queue's current round).
+        self._last_turn: dict[str, dict[str | None, int]] = {}
+        self._round: dict[str, int] = {}
 
     def _now(self) -> float:
         now = self.clock.now()
@@ -196,9 +215,20 @@ class MemoryBackend:
             idempotency_key=job.idempotency_key,
             delivery=job.delivery,
             workflow_id=job.workflow_id,
+            key=job.key,
         )
         backoff = job.backoff or (queue.backoff if queue else None)
-        return _Row(rec, backoff, job.timeout, job.lease)
+        turn = self._turn(job.queue, job.key) if queue is not None and queue.limits.fair else 0
+        return _Row(rec, backoff, job.timeout, job.lease, turn=turn)
+
+    def _turn(self, queue: str, key: str | None) -> int:
+        """A new job's turn in a fair queue (start-time fair queueing): one after its key's
+        last, but never before the queue's current round, so a key that was idle joins the
+        round being served rather than jumping ahead of it or queueing behind its past."""
+        last = self._last_turn.setdefault(queue, {})
+        turn = max(last.get(key, -1) + 1, self._round.get(queue, 0))
+        last[key] = turn
+        return turn
 
     @staticmethod
     def _wait_on(row: _Row, inputs: list[_Row]) -> None:
@@ -344,7 +374,7 @@ class MemoryBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
         """Claim due jobs in priority, run_at, id order within each queue's free concurrency;
         with ``wait``, after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
@@ -357,36 +387,9 @@ class MemoryBackend:
                 self._waiters[params.worker_id] = self._inserts
         with self._lock:
             now = self._now()
-            queues = set(params.queues)
-            room: dict[str, int | None] = {}
-            for name in queues:
-                cfg = self._queues.get(name)
-                if cfg is not None and cfg.paused:
-                    room[name] = 0
-                elif cfg is None or cfg.max_concurrency is None:
-                    room[name] = None
-                else:
-                    running = sum(
-                        1
-                        for r in self._rows.values()
-                        if r.rec.queue == name and r.rec.status == "running"
-                    )
-                    room[name] = max(cfg.max_concurrency - running, 0)
-            due = [
-                r
-                for r in self._rows.values()
-                if r.rec.status == "pending" and r.rec.queue in queues and r.rec.run_at <= now
-            ]
-            due.sort(key=lambda r: (-r.rec.priority, r.rec.run_at, int(r.rec.id)))
-            claimed: list[ClaimedJob] = []
-            for row in due:
-                if len(claimed) >= params.limit:
-                    break
-                left = room[row.rec.queue]
-                if left is not None:
-                    if left <= 0:
-                        continue
-                    room[row.rec.queue] = left - 1
+            rows, next_open = self._gate(params.queues, now, params.limit)
+            claimed = Claimed(next_open=next_open)
+            for row in rows:
                 row.token = uuid.uuid4().hex
                 row.lease_expires_at = now + row.lease
                 row.rec = replace(
@@ -413,6 +416,77 @@ class MemoryBackend:
                     )
                 )
             return claimed
+
+    def _gate(
+        self, queues: Sequence[str], now: float, limit: int, take: bool = True
+    ) -> tuple[list[_Row], float | None]:
+        """The store's one gate (lock held): the due jobs of ``queues`` a claim of ``limit`` may
+        start now, in claim order, and when a rate that held one back opens (seconds from
+        now). Paused queues, max_concurrency, and each QueueLimits of the queue and of the
+        job's name, every start counted as it is chosen. With ``take``, the rate buckets and
+        the fair rounds are moved on for the jobs chosen (the claim); without, nothing changes
+        (a probe)."""
+        open_queues = {
+            name
+            for name in queues
+            if not ((cfg := self._queues.get(name)) is not None and cfg.paused)
+        }
+        running: dict[tuple[str, str | None, str | None], int] = {}
+        for r in self._rows.values():
+            if r.rec.status == "running" and r.rec.queue in open_queues:
+                for scope in _scopes(r.rec.queue, r.rec.name, r.rec.key):
+                    running[scope] = running.get(scope, 0) + 1
+        due = [
+            r
+            for r in self._rows.values()
+            if r.rec.status == "pending" and r.rec.queue in open_queues and r.rec.run_at <= now
+        ]
+        due.sort(key=lambda r: (-r.rec.priority, r.turn, r.rec.run_at, int(r.rec.id)))
+        tats: dict[_Bucket, float] = {}
+        chosen: list[_Row] = []
+        opens: float | None = None
+        for row in due:
+            if len(chosen) >= limit:
+                break
+            rec = row.rec
+            cfg = self._queues.get(rec.queue) or QueueConfig(rec.queue)
+            cap = cfg.max_concurrency
+            if cap is not None and running.get((rec.queue, None, None), 0) >= cap:
+                continue
+            held = False
+            buckets: list[tuple[_Bucket, Rate]] = []
+            for job, limits in (
+                (None, cfg.limits),
+                (rec.name, self._job_limits.get((rec.queue, rec.name))),
+            ):
+                if not limits:
+                    continue
+                cap_key = limits.key_concurrency
+                if rec.key is not None and cap_key is not None:
+                    held = held or running.get((rec.queue, job, rec.key), 0) >= cap_key
+                if limits.rate is not None:
+                    buckets.append(((rec.queue, job, None), limits.rate))
+                if rec.key is not None and limits.key_rate is not None:
+                    buckets.append(((rec.queue, job, rec.key), limits.key_rate))
+            for bucket, rate in buckets:
+                tat = tats.get(bucket, self._tats.get(bucket))
+                if rate.admits(tat, now) < 1:
+                    held = True
+                    wait = rate.opens_at(tat, now) - now
+                    opens = wait if opens is None else min(opens, wait)
+            if held:
+                continue
+            for bucket, rate in buckets:
+                tats[bucket] = rate.taken(tats.get(bucket, self._tats.get(bucket)), now, 1)
+            for scope in _scopes(rec.queue, rec.name, rec.key):
+                running[scope] = running.get(scope, 0) + 1
+            chosen.append(row)
+        if take:
+            self._tats.update(tats)
+            for row in chosen:
+                if row.turn > self._round.get(row.rec.queue, 0):
+                    self._round[row.rec.queue] = row.turn
+        return chosen, opens
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply each outcome whose token still matches; return the stale ids."""
@@ -443,8 +517,21 @@ class MemoryBackend:
                 else:  # release
                     row.rec = replace(rec, status="pending", run_at=now, attempts=rec.attempts - 1)
             if len(stale) < len(params.outcomes):
+                if any(self._limited(o.id) for o in params.outcomes):
+                    self._inserts += 1  # a slot opened: a held back job may start (wake waiters)
                 self._lock.notify_all()
         return stale
+
+    def _limited(self, job_id: str) -> bool:
+        """Whether the job's queue or name has a limit that counts running jobs (lock held)."""
+        row = self._rows.get(job_id)
+        if row is None:
+            return False
+        cfg = self._queues.get(row.rec.queue)
+        if cfg is not None and (cfg.max_concurrency is not None or cfg.limits.keyed):
+            return True
+        named = self._job_limits.get((row.rec.queue, row.rec.name))
+        return named is not None and named.key_concurrency is not None
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep on the condition until an insert or the timeout."""
@@ -568,8 +655,92 @@ class MemoryBackend:
     # time and recurring jobs ------------------------------------------------------------------
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a dict holds no dead rows."""
+        """No dead rows in a dict; the rate buckets past their ``tat`` and the keys of fair
+        queues left behind the current round are forgotten (an idle key leaves nothing)."""
+        with self._lock:
+            now = self._now()
+            for bucket in [b for b, tat in self._tats.items() if tat <= now]:
+                del self._tats[bucket]
+            for queue, last in self._last_turn.items():
+                current = self._round.get(queue, 0)
+                for key in [k for k, turn in last.items() if turn < current]:
+                    del last[key]
         return []
+
+    # flow control -----------------------------------------------------------------------------
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store (or, empty, delete) each job name's limits."""
+        with self._lock:
+            for job in params.jobs:
+                if job.limits:
+                    self._job_limits[(job.queue, job.name)] = job.limits
+                else:
+                    self._job_limits.pop((job.queue, job.name), None)
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Each limited scope of the queues asked, with its queue's top keys."""
+        with self._lock:
+            now = self._now()
+            wanted = set(params.queues)
+            scopes: list[tuple[str, str | None, QueueLimits, int | None]] = []
+            keyed_queues = {r.rec.queue for r in self._rows.values() if r.rec.key is not None}
+            for name in sorted(set(self._queues) | keyed_queues):
+                cfg = self._queues.get(name) or QueueConfig(name)
+                if (cfg.limits or cfg.max_concurrency is not None or name in keyed_queues) and (
+                    not wanted or name in wanted
+                ):
+                    scopes.append((name, None, cfg.limits, cfg.max_concurrency))
+            for (queue, job), limits in sorted(self._job_limits.items()):
+                if not wanted or queue in wanted:
+                    scopes.append((queue, job, limits, None))
+            scopes.sort(key=lambda s: (s[0], s[1] is not None, s[1] or ""))
+            return [self._scope_stats(*scope, now, params.top_keys) for scope in scopes]
+
+    def _scope_stats(
+        self,
+        queue: str,
+        job: str | None,
+        limits: QueueLimits,
+        cap: int | None,
+        now: float,
+        top: int,
+    ) -> LimitStats:
+        rows = [
+            r
+            for r in self._rows.values()
+            if r.rec.queue == queue and (job is None or r.rec.name == job)
+        ]
+        running = [r for r in rows if r.rec.status == "running"]
+        per_key: dict[str, list[int]] = {}
+        for r in rows:
+            if r.rec.key is not None and r.rec.status in ("pending", "running"):
+                counts = per_key.setdefault(r.rec.key, [0, 0])
+                counts[r.rec.status == "running"] += 1
+        rate = limits.rate
+        used = None if rate is None else _rate_used(rate, self._tats.get((queue, job, None)), now)
+        keys_running = sum(1 for c in per_key.values() if c[1])
+        full = limits.key_concurrency
+        top_keys = (
+            ()
+            if job is not None
+            else tuple(
+                KeyStats(k, c[0], c[1])
+                for k, c in sorted(per_key.items(), key=lambda kc: (-kc[1][0], kc[0]))[:top]
+                if c[0]
+            )
+        )
+        return LimitStats(
+            queue=queue,
+            job=job,
+            limits=limits,
+            max_concurrency=cap,
+            running=len(running),
+            rate_used=used,
+            keys_running=keys_running,
+            keys_full=0 if full is None else sum(1 for c in per_key.values() if c[1] >= full),
+            top_keys=top_keys,
+        )
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; no server to warn about."""
@@ -657,6 +828,23 @@ class MemoryBackend:
 
 def _run_at(job: NewJob, now: float) -> float:
     return job.run_at if job.run_at is not None else now + job.delay
+
+
+def _scopes(
+    queue: str, name: str, key: str | None
+) -> tuple[tuple[str, str | None, str | None], ...]:
+    """What a running job counts against: its queue, and with a key, the key in the queue's
+    limits and in its name's."""
+    if key is None:
+        return ((queue, None, None),)
+    return ((queue, None, None), (queue, None, key), (queue, name, key))
+
+
+def _rate_used(rate: Rate, tat: float | None, now: float) -> float:
+    """How much of a rate's burst is taken at ``now``: 0 idle, 1 the next start waits."""
+    if tat is None or tat <= now:
+        return 0.0
+    return min(1.0, (tat - now) / (rate.burst * rate.interval))
 
 
 def _same_ticks(old: Schedule, new: Schedule) -> bool:

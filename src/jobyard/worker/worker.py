@@ -34,8 +34,10 @@ from ..backends.base import (
     Backend,
     ClaimedJob,
     Consumer,
+    JobLimits,
     JobsAckParams,
     JobsClaimParams,
+    LimitsSyncParams,
     Outcome,
     Schedule,
     WorkerInfo,
@@ -184,6 +186,11 @@ class Worker:
         self.maintenance.info = self.info
         if self.schedules:
             recurring.sync(self.backend, self.schedules)
+        # The limits of the jobs this worker runs, so that every worker and every producer is
+        # held by them (empty ones too: a limit removed from the code leaves the store).
+        jobs = self.registry.values()
+        declared = [jf.opts.limits or JobLimits(jf.opts.queue, jf.name) for jf in jobs]
+        self.backend.limits_sync(LimitsSyncParams(declared))
         self.completer.start()
         self.heartbeat.start()
         self.maintenance.start()

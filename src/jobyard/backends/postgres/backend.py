@@ -42,6 +42,7 @@ from ..base import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     STATUSES,
+    Claimed,
     ClaimedJob,
     Inserted,
     JobRecord,
@@ -55,6 +56,9 @@ from ..base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
@@ -520,7 +524,11 @@ class PostgresBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs (see :meth:`_jobs_claim`)."""
+        return Claimed(self._jobs_claim(params))  # limits: not yet held by this store
+
+    def _jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
         """Claim due jobs in one round trip (see :class:`JobsClaimParams`); with ``wait``,
         after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
@@ -718,6 +726,13 @@ class PostgresBackend:
         args = {"now": self.clock.now()}
         rows = self._run(lambda c: self._fetch(c, Q.workers_list, args))
         return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Not yet held by this store: job names' limits are not stored."""
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Not yet held by this store: no limit is shown."""
+        return []
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""

@@ -64,6 +64,7 @@ from ..base import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     STATUSES,
+    Claimed,
     ClaimedJob,
     Delivery,
     Inserted,
@@ -78,6 +79,9 @@ from ..base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     Purged,
     QueueConfig,
     QueueStats,
@@ -418,7 +422,11 @@ class RedisBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs (see :meth:`_jobs_claim`)."""
+        return Claimed(self._jobs_claim(params))  # limits: not yet held by this store
+
+    def _jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
         """Claim due jobs in priority, run_at, enqueue order (one script on one node).
 
         On Cluster with several queues each queue is a script of its own, so the claim first
@@ -822,6 +830,13 @@ class RedisBackend:
     def workers_list(self) -> list[WorkerInfo]:
         """Registered workers, oldest first."""
         return _admin.workers_list(self.core)
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Not yet held by this store: job names' limits are not stored."""
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Not yet held by this store: no limit is shown."""
+        return []
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""

@@ -37,7 +37,7 @@ from ...errors import (
     QueueFull,
     SchemaError,
 )
-from .._stored import parse_numeric_id, readable, storable
+from .._stored import limit_columns, limit_stats, limits_from, parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
@@ -46,8 +46,9 @@ from ..base import (
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
-    ClaimedJob,
+    Claimed,
     Inserted,
+    JobLimits,
     JobRecord,
     JobsAckParams,
     JobsCancelParams,
@@ -59,6 +60,9 @@ from ..base import (
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
@@ -238,6 +242,7 @@ class SQLiteBackend:
                     "workflow_id": job.workflow_id,
                     "fanin": len(job.after),
                     "fanout": fanout[position],
+                    "key": job.key,
                     "payload": job.payload,
                 },
             ).fetchone()
@@ -419,9 +424,11 @@ class SQLiteBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL);
-        with ``wait``, after the push signal (:meth:`jobs_wait`)."""
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs in one statement under the write lock, through the gate (see
+        ``jobs_claim`` and its fragments in SQL); with ``wait``, after the push signal
+        (:meth:`jobs_wait`). In the same transaction the rate buckets and the fair rounds of
+        what was claimed move on; a claim that came back short reads when a rate opens."""
         if params.wait > 0:
             # From where this worker's previous wait left off: a change since then may have
             # come after the claim that preceded this one (made by another of its threads).
@@ -430,20 +437,32 @@ class SQLiteBackend:
             marks = self._wait(queues, params.wait, since)[1]
             self._waiters[(params.worker_id, *queues)] = marks
         if params.limit <= 0 or not params.queues:
-            return []
+            return Claimed()
+        q = self._q
+        names = json.dumps(list(params.queues))
+        next_open = None
         with self._writing() as conn:
+            now = self._now(conn)
             rows = conn.execute(
-                self._q["jobs_claim"],
-                {
-                    "now": self.clock.now(),
-                    "queues": json.dumps(list(params.queues)),
-                    "limit": params.limit,
-                    "worker_id": params.worker_id,
-                },
+                q["jobs_claim"],
+                {"now": now, "queues": names, "limit": params.limit, "worker_id": params.worker_id},
             ).fetchall()
+            if rows:
+                ids = json.dumps([r[0] for r in rows])
+                conn.execute(q["limit_buckets_take"], {"now": now, "ids": ids})
+                turns: dict[str, int] = {}
+                for r in rows:
+                    if r[14] > turns.get(r[2], 0):
+                        turns[r[2]] = r[14]
+                if turns:
+                    conn.execute(q["queues_turn_round"], {"turns": json.dumps(turns)})
+            if len(rows) < params.limit:
+                next_open = conn.execute(
+                    q["limits_next_open"], {"now": now, "queues": names}
+                ).fetchone()[0]
         # RETURNING yields rows in no promised order; hand them out in claim order.
         rows.sort(key=_rows.claim_order)
-        return [_rows.claimed(r) for r in rows]
+        return Claimed([_rows.claimed(r) for r in rows], next_open)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply a batch of outcomes in one transaction; the ids whose token was stale."""
@@ -567,7 +586,8 @@ class SQLiteBackend:
             if current != version:
                 version = current
                 due = conn.execute(
-                    q["jobs_due"], {"queues": json.dumps(queues), "now": self.clock.now()}
+                    q["jobs_due"],
+                    {"queues": json.dumps(queues), "now": self.clock.now(), "limit": 1},
                 ).fetchone()[0]
                 if due:
                     return True, (seen, version)
@@ -633,10 +653,13 @@ class SQLiteBackend:
     # queues, workers, stats -------------------------------------------------------------------
 
     def queues_configure(self, config: QueueConfig) -> None:
-        """Create or replace a queue's settings."""
+        """Create or replace a queue's settings; a queue that stops being fair gives its
+        pending jobs the plain order back."""
+        q = self._q
         with self._writing() as conn:
+            was = {r.name: r for r in map(_rows.queue_config, conn.execute(q["queues_list"]))}
             conn.execute(
-                self._q["queues_configure"],
+                q["queues_configure"],
                 {
                     "name": config.name,
                     "max_concurrency": config.max_concurrency,
@@ -645,8 +668,13 @@ class SQLiteBackend:
                     "max_pending": config.max_pending,
                     "paused": int(config.paused),
                     "retention": config.retention,
+                    **limit_columns(config.limits),
+                    "fair": int(config.limits.fair),
                 },
             )
+            old = was.get(config.name)
+            if old is not None and old.limits.fair and not config.limits.fair:
+                conn.execute(q["queues_unfair"], {"name": config.name})
         # Resuming a queue or raising its max_concurrency can make waiting jobs claimable.
         self._shared.notify((config.name,))
 
@@ -686,6 +714,35 @@ class SQLiteBackend:
             rows = conn.execute(self._q["workers_list"]).fetchall()
         return [_rows.worker(r) for r in rows]
 
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store (or, empty, delete) each job name's limits, in one transaction."""
+        q = self._q
+        with self._writing() as conn:
+            for job in params.jobs:
+                where = {"queue": job.queue, "name": job.name}
+                if job.limits:
+                    conn.execute(q["job_limits_upsert"], {**where, **limit_columns(job.limits)})
+                else:
+                    conn.execute(q["job_limits_delete"], where)
+        self._shared.notify(tuple({job.queue for job in params.jobs}))
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Each limited scope, from one read snapshot (see :func:`limit_stats`)."""
+        q = self._q
+        conn = self._conns.get()
+        with read(conn):
+            now = self._now(conn)
+            queues = [_rows.queue_config(r) for r in conn.execute(q["queues_list"])]
+            named = [
+                JobLimits(r[0], r[1], limits_from(r[2:9]))
+                for r in conn.execute(q["job_limits_list"])
+            ]
+            counts = conn.execute(
+                q["limits_scope_counts"], {"queues": json.dumps(list(params.queues))}
+            ).fetchall()
+            buckets = {(r[0], r[1] or None): r[2:] for r in conn.execute(q["limit_buckets_list"])}
+        return limit_stats(params, now, queues, named, counts, buckets)
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue that has jobs or a configuration, by name."""
         q = self._q
@@ -709,8 +766,11 @@ class SQLiteBackend:
     # time and recurring jobs ------------------------------------------------------------------
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
-        pages of deleted rows itself."""
+        """Forget the rate buckets whose tat is past (an idle key leaves no row). Nothing else
+        to tidy: a status change updates a row in place, and SQLite reuses the pages of
+        deleted rows itself."""
+        with self._writing() as conn:
+            conn.execute(self._q["limit_buckets_forget"], {"now": self._now(conn)})
         return []
 
     def store_info(self) -> StoreInfo:

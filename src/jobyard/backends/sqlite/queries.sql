@@ -48,7 +48,7 @@ VALUES (:version, :name, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0
 INSERT INTO jobs (
     queue, name, status, priority, attempts, max_attempts, backoff, timeout, lease, delivery,
     run_at, created_at, idempotency_key, parent_id, workflow_id, fanin, fanout, waits, holds,
-    payload
+    limit_key, turn, payload
 )
 VALUES (
     :queue, :name, CASE WHEN :fanin > 0 THEN 'waiting' ELSE 'pending' END, :priority, 0,
@@ -58,7 +58,21 @@ VALUES (
     :timeout, :lease, :delivery,
     coalesce(:run_at, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay),
     coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
-    :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :fanout, :payload
+    :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :fanout, :key,
+    -- A fair queue's turn (start-time fair queueing): one after the key's latest pending job,
+    -- never before the queue's current round; keyless jobs take theirs as one more key.
+    CASE WHEN (SELECT q.fair FROM queues AS q WHERE q.name = :queue) = 1 THEN max(
+        coalesce(CASE WHEN :key IS NULL
+            THEN (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_keyless_turns
+                  WHERE t.queue = :queue AND t.status = 'pending' AND t.limit_key IS NULL
+                    AND t.turn > 0)
+            ELSE (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_keys
+                  WHERE t.queue = :queue AND t.status = 'pending' AND t.limit_key IS NOT NULL
+                    AND t.limit_key = :key)
+        END, 0) + 1,
+        (SELECT q.turn_round FROM queues AS q WHERE q.name = :queue))
+    ELSE 0 END,
+    :payload
 )
 ON CONFLICT (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
@@ -116,7 +130,8 @@ id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts
            SELECT json_group_array(job_id) FROM (
                SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
            )
-       ) END
+       ) END,
+       limit_key
 
 -- name: jobs_get
 SELECT {{_job_record}}
@@ -301,51 +316,171 @@ ON CONFLICT (queue, status) DO UPDATE SET n = n + excluded.n
 
 -- worker side -----------------------------------------------------------------------------------
 
+-- name: _gate_queues
+-- The gate, per queue (a fragment: the rows of `gate`, used by jobs_claim and jobs_due alike):
+-- each queue of :queues that is not paused, with the starts it has room for, before counting
+-- this claim's own: the least of :limit, what max_concurrency leaves and what the queue's rate
+-- bucket admits (GCRA, base.Rate: floor((now - max(tat, now)) / interval + burst); no bucket
+-- row: a full burst). Needs the CTE clock (now).
+SELECT w.queue,
+       min(
+           :limit,
+           CASE WHEN q.max_concurrency IS NULL THEN :limit
+                ELSE max(0, q.max_concurrency - (
+                    SELECT count(*) FROM jobs AS r
+                    WHERE r.queue = w.queue AND r.status = 'running'
+                )) END,
+           CASE WHEN q.rate_count IS NULL THEN :limit
+                ELSE coalesce((
+                    SELECT max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval
+                                       + b.burst + 1e-9 AS INTEGER))
+                    FROM limit_buckets AS b
+                    WHERE b.queue = w.queue AND b.job = '' AND b.key = ''
+                ), q.rate_burst) END
+       ) AS room,
+       q.key_concurrency, q.key_rate_count, q.key_rate_burst,
+       coalesce(q.fair, 0) AS fair,
+       EXISTS (SELECT 1 FROM job_limits AS jl WHERE jl.queue = w.queue) AS named
+FROM (SELECT DISTINCT value AS queue FROM json_each(:queues)) AS w
+CROSS JOIN clock
+LEFT JOIN queues AS q ON q.name = w.queue
+WHERE coalesce(q.paused, 0) = 0
+
+-- name: _gate
+-- The gate, per job (a fragment): whether the pending job p of the queue row g (from
+-- _gate_queues) is held back by no limit as of now, before counting this claim's own starts:
+-- its key has a free slot and an open bucket under the queue's key limits, and its name's
+-- limits in the queue (job_limits) hold neither its name's bucket nor its key. A bucket is
+-- closed while tat - (burst - 1) * interval > now. Each test is an index seek, and none runs
+-- for a queue without that limit (g.named: the queue has job limits at all).
+(p.limit_key IS NULL OR (
+    (g.key_concurrency IS NULL OR g.key_concurrency > (
+        SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+        WHERE r.queue = p.queue AND r.status = 'running' AND r.limit_key IS NOT NULL
+          AND r.limit_key = p.limit_key
+    ))
+    AND (g.key_rate_count IS NULL OR NOT EXISTS (
+        SELECT 1 FROM limit_buckets AS b
+        WHERE b.queue = p.queue AND b.job = '' AND b.key = p.limit_key
+          AND b.tat - (b.burst - 1) * b.interval > clock.now
+    ))
+))
+AND (NOT g.named OR NOT EXISTS (
+    SELECT 1 FROM job_limits AS jl
+    WHERE jl.queue = p.queue AND jl.name = p.name AND (
+        (jl.rate_count IS NOT NULL AND EXISTS (
+            SELECT 1 FROM limit_buckets AS b
+            WHERE b.queue = p.queue AND b.job = p.name AND b.key = ''
+              AND b.tat - (b.burst - 1) * b.interval > clock.now
+        ))
+        OR (p.limit_key IS NOT NULL AND jl.key_concurrency IS NOT NULL AND jl.key_concurrency <= (
+            SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+            WHERE r.queue = p.queue AND r.status = 'running' AND r.limit_key IS NOT NULL
+              AND r.limit_key = p.limit_key AND r.name = p.name
+        ))
+        OR (p.limit_key IS NOT NULL AND jl.key_rate_count IS NOT NULL AND EXISTS (
+            SELECT 1 FROM limit_buckets AS b
+            WHERE b.queue = p.queue AND b.job = p.name AND b.key = p.limit_key
+              AND b.tat - (b.burst - 1) * b.interval > clock.now
+        ))
+    )
+))
+
+-- name: _bucket_admits
+-- (a fragment) The starts the rate bucket b admits now (GCRA, base.Rate); a bucket with no
+-- row admits a full burst, hence `coalesce((SELECT {{_bucket_admits}} ...), burst)`.
+max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval + b.burst + 1e-9 AS INTEGER))
+
 -- name: jobs_claim
--- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC,
--- run_at, id order, never more per queue than its max_concurrency leaves free.
+-- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC, turn,
+-- run_at, id order, through the gate: never more per queue than its room (_gate_queues), and
+-- only jobs no limit holds back (_gate); then, among them, never more per key, per name and
+-- per name and key than their slots and buckets admit (the windows below, applied one after
+-- the other: each keeps a prefix of the claim order, so what survives all respects each).
 --
 -- Run inside BEGIN IMMEDIATE: the write lock is taken before anything is read, so counting
--- the running jobs, choosing the candidates and marking them running are one atomic step
--- across every connection and process (SQLite has a single writer; no SKIP LOCKED needed).
+-- the running jobs, reading the buckets, choosing the candidates and marking them running are
+-- one atomic step across every connection and process (SQLite has a single writer; no SKIP
+-- LOCKED needed). The buckets move on in the same transaction (limit_buckets_take).
 --
--- Planner notes. `wanted` is one row per queue with the room left in it. `top` takes at most
--- :limit candidates per queue through a correlated IN subquery whose ORDER BY is exactly the
--- jobs_pending index order, so each queue costs an index seek plus :limit steps, however
--- many jobs wait (a single ORDER BY across several queues would sort them all). SQLite does
--- not accept a per-queue LIMIT, so the per-queue room is applied by rank afterwards.
+-- Planner notes. `gate` is one row per queue. `top` takes at most :limit candidates per queue
+-- through a correlated IN subquery whose ORDER BY is exactly the jobs_pending index order, so
+-- each queue costs an index seek plus :limit steps past the held back jobs, however many jobs
+-- wait (a single ORDER BY across several queues would sort them all).
 WITH
     clock (now) AS (
         SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
     ),
-    wanted (queue, room) AS (
-        SELECT w.queue,
-               CASE
-                   WHEN q.max_concurrency IS NULL THEN :limit
-                   ELSE max(0, min(:limit, q.max_concurrency - (
-                       SELECT count(*) FROM jobs AS r
-                       WHERE r.queue = w.queue AND r.status = 'running'
-                   )))
-               END
-        FROM (SELECT DISTINCT value AS queue FROM json_each(:queues)) AS w
-        LEFT JOIN queues AS q ON q.name = w.queue
-        WHERE coalesce(q.paused, 0) = 0
+    gate AS (
+        {{_gate_queues}}
     ),
-    top (id, priority, run_at, room, rank) AS (
-        SELECT c.id, c.priority, c.run_at, wanted.room,
-               row_number() OVER (PARTITION BY c.queue ORDER BY c.priority DESC, c.run_at, c.id)
-        FROM wanted
+    top AS (
+        SELECT c.id, c.queue, c.name, c.limit_key, c.priority, c.turn, c.run_at, g.room,
+               -- The starts the job's key may take in the queue's limits, and its name's.
+               CASE WHEN c.limit_key IS NULL THEN :limit ELSE min(
+                   CASE WHEN g.key_concurrency IS NULL THEN :limit ELSE g.key_concurrency - (
+                       SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+                       WHERE r.queue = c.queue AND r.status = 'running'
+                         AND r.limit_key IS NOT NULL AND r.limit_key = c.limit_key
+                   ) END,
+                   CASE WHEN g.key_rate_count IS NULL THEN :limit ELSE coalesce((
+                       SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                       WHERE b.queue = c.queue AND b.job = '' AND b.key = c.limit_key
+                   ), g.key_rate_burst) END
+               ) END AS key_room,
+               CASE WHEN jl.rate_count IS NULL THEN :limit ELSE coalesce((
+                   SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                   WHERE b.queue = c.queue AND b.job = c.name AND b.key = ''
+               ), jl.rate_burst) END AS name_room,
+               CASE WHEN c.limit_key IS NULL OR jl.name IS NULL THEN :limit ELSE min(
+                   CASE WHEN jl.key_concurrency IS NULL THEN :limit ELSE jl.key_concurrency - (
+                       SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+                       WHERE r.queue = c.queue AND r.status = 'running'
+                         AND r.limit_key IS NOT NULL AND r.limit_key = c.limit_key
+                         AND r.name = c.name
+                   ) END,
+                   CASE WHEN jl.key_rate_count IS NULL THEN :limit ELSE coalesce((
+                       SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                       WHERE b.queue = c.queue AND b.job = c.name AND b.key = c.limit_key
+                   ), jl.key_rate_burst) END
+               ) END AS name_key_room
+        FROM gate AS g
+        CROSS JOIN clock
         JOIN jobs AS c ON c.id IN (
             SELECT p.id FROM jobs AS p
-            WHERE p.queue = wanted.queue
+            WHERE p.queue = g.queue
               AND p.status = 'pending'
-              AND p.run_at <= (SELECT now FROM clock)
-            ORDER BY p.priority DESC, p.run_at, p.id
+              AND p.run_at <= clock.now
+              AND g.room > 0
+              AND {{_gate}}
+            ORDER BY p.priority DESC, p.turn, p.run_at, p.id
             LIMIT :limit
         )
+        LEFT JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+    ),
+    by_key AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue, limit_key ORDER BY priority DESC, turn, run_at, id) AS n
+        FROM top
+    ),
+    by_name_key AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue, name, limit_key ORDER BY priority DESC, turn, run_at, id) AS n2
+        FROM by_key WHERE n <= key_room
+    ),
+    by_name AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue, name ORDER BY priority DESC, turn, run_at, id) AS n3
+        FROM by_name_key WHERE n2 <= name_key_room
+    ),
+    by_queue AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue ORDER BY priority DESC, turn, run_at, id) AS n4
+        FROM by_name WHERE n3 <= name_room
     ),
     picked (id) AS (
-        SELECT id FROM top WHERE rank <= room ORDER BY priority DESC, run_at, id LIMIT :limit
+        SELECT id FROM by_queue WHERE n4 <= room
+        ORDER BY priority DESC, turn, run_at, id LIMIT :limit
     )
 UPDATE jobs
 SET status = 'running',
@@ -356,7 +491,83 @@ SET status = 'running',
     lease_expires_at = (SELECT now FROM clock) + lease
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, name, queue, CAST(payload AS BLOB), attempts, max_attempts, backoff, timeout,
-          lease, token, delivery, parent_id, priority, run_at
+          lease, token, delivery, parent_id, priority, run_at, turn
+
+-- name: limit_buckets_take
+-- In the claim's transaction, after it: every rate bucket of the jobs claimed (:ids, a JSON
+-- array) moves on by their count, tat = max(tat, now) + n * interval (GCRA, base.Rate), with
+-- the rate it was taken under. Nothing to do (no row) for jobs of unlimited queues.
+WITH
+    clock (now) AS (
+        SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+    ),
+    claimed AS (
+        SELECT j.queue, j.name, j.limit_key FROM jobs AS j
+        WHERE j.id IN (SELECT value FROM json_each(:ids))
+    ),
+    takes (queue, job, key, n, count, per, burst) AS (
+        SELECT c.queue, '', '', count(*), q.rate_count, q.rate_per, q.rate_burst
+        FROM claimed AS c JOIN queues AS q ON q.name = c.queue
+        WHERE q.rate_count IS NOT NULL
+        GROUP BY c.queue
+        UNION ALL
+        SELECT c.queue, '', c.limit_key, count(*), q.key_rate_count, q.key_rate_per,
+               q.key_rate_burst
+        FROM claimed AS c JOIN queues AS q ON q.name = c.queue
+        WHERE q.key_rate_count IS NOT NULL AND c.limit_key IS NOT NULL
+        GROUP BY c.queue, c.limit_key
+        UNION ALL
+        SELECT c.queue, c.name, '', count(*), jl.rate_count, jl.rate_per, jl.rate_burst
+        FROM claimed AS c JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+        WHERE jl.rate_count IS NOT NULL
+        GROUP BY c.queue, c.name
+        UNION ALL
+        SELECT c.queue, c.name, c.limit_key, count(*), jl.key_rate_count, jl.key_rate_per,
+               jl.key_rate_burst
+        FROM claimed AS c JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+        WHERE jl.key_rate_count IS NOT NULL AND c.limit_key IS NOT NULL
+        GROUP BY c.queue, c.name, c.limit_key
+    )
+INSERT INTO limit_buckets (queue, job, key, tat, interval, burst)
+SELECT t.queue, t.job, t.key,
+       max(coalesce(b.tat, clock.now), clock.now) + t.n * (t.per / t.count),
+       t.per / t.count, t.burst
+FROM takes AS t
+CROSS JOIN clock
+LEFT JOIN limit_buckets AS b ON b.queue = t.queue AND b.job = t.job AND b.key = t.key
+WHERE true
+ON CONFLICT (queue, job, key) DO UPDATE
+SET tat = excluded.tat, interval = excluded.interval, burst = excluded.burst
+
+-- name: queues_turn_round
+-- A fair queue's round moves on to the highest turn claimed from it (:turns, a JSON object
+-- queue -> turn).
+UPDATE queues
+SET turn_round = max(turn_round, (SELECT t.value FROM json_each(:turns) AS t WHERE t.key = queues.name))
+WHERE name IN (SELECT key FROM json_each(:turns))
+
+-- name: limits_next_open
+-- After a claim that came back short: the seconds until the first closed bucket of :queues
+-- (a JSON array) that holds back a due job opens (tat - (burst - 1) * interval), or NULL.
+-- A key's bucket counts only while the key has pending jobs (jobs_pending_keys).
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+SELECT min(b.tat - (b.burst - 1) * b.interval) - clock.now
+FROM limit_buckets AS b
+CROSS JOIN clock
+WHERE b.queue IN (SELECT value FROM json_each(:queues))
+  AND b.tat - (b.burst - 1) * b.interval > clock.now
+  AND (b.key = '' OR EXISTS (
+      SELECT 1 FROM jobs AS k INDEXED BY jobs_pending_keys
+      WHERE k.queue = b.queue AND k.status = 'pending' AND k.limit_key IS NOT NULL
+        AND k.limit_key = b.key
+  ))
+
+-- name: limit_buckets_forget
+-- store_tidy: a bucket whose tat is past is the same as none (an idle key leaves nothing).
+DELETE FROM limit_buckets
+WHERE tat <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 
 -- name: jobs_ack_completed
 UPDATE jobs
@@ -432,24 +643,30 @@ SET status = 'pending',
 WHERE id = :id AND status = 'running' AND token = :token
 
 -- name: jobs_due
--- Whether a claim on :queues would find something: a due pending job in a queue that is not
--- paused and has room under its max_concurrency. This is how an idle worker in another process
--- tells a commit that matters to it from any other commit (most are other workers' claims and
--- acks). Read-only, so it never waits for a writer. Correlated per queue so that each probe is
--- a seek into jobs_pending, never a scan of every pending job.
+-- Whether a claim on :queues would find something: a due pending job the gate lets start (a
+-- queue not paused, with room under its max_concurrency and rate, and a job no key or name
+-- limit holds back: the fragments jobs_claim uses). This is how an idle worker in another
+-- process tells a commit that matters to it from any other commit (most are other workers'
+-- claims and acks). Read-only, so it never waits for a writer. Correlated per queue so that
+-- each probe is a seek into jobs_pending, never a scan of every pending job.
+WITH
+    clock (now) AS (
+        SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+    ),
+    gate AS (
+        {{_gate_queues}}
+    )
 SELECT EXISTS (
     SELECT 1
-    FROM json_each(:queues) AS w
-    LEFT JOIN queues AS q ON q.name = w.value
-    WHERE coalesce(q.paused, 0) = 0
-      AND (q.max_concurrency IS NULL OR q.max_concurrency > (
-          SELECT count(*) FROM jobs AS r WHERE r.queue = w.value AND r.status = 'running'
-      ))
+    FROM gate AS g
+    CROSS JOIN clock
+    WHERE g.room > 0
       AND EXISTS (
-          SELECT 1 FROM jobs AS j INDEXED BY jobs_pending
-          WHERE j.queue = w.value
-            AND j.status = 'pending'
-            AND j.run_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+          SELECT 1 FROM jobs AS p INDEXED BY jobs_pending
+          WHERE p.queue = g.queue
+            AND p.status = 'pending'
+            AND p.run_at <= clock.now
+            AND {{_gate}}
       )
 )
 
@@ -506,19 +723,73 @@ RETURNING id, status, queue
 -- queues, workers, stats --------------------------------------------------------------------------
 
 -- name: queues_configure
-INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused, retention)
-VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused, :retention)
+INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused, retention,
+                    rate_count, rate_per, rate_burst, key_concurrency, key_rate_count,
+                    key_rate_per, key_rate_burst, fair)
+VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused, :retention,
+        :rate_count, :rate_per, :rate_burst, :key_concurrency, :key_rate_count, :key_rate_per,
+        :key_rate_burst, :fair)
 ON CONFLICT (name) DO UPDATE
 SET max_concurrency = excluded.max_concurrency,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     max_pending = excluded.max_pending,
     paused = excluded.paused,
-    retention = excluded.retention
+    retention = excluded.retention,
+    rate_count = excluded.rate_count,
+    rate_per = excluded.rate_per,
+    rate_burst = excluded.rate_burst,
+    key_concurrency = excluded.key_concurrency,
+    key_rate_count = excluded.key_rate_count,
+    key_rate_per = excluded.key_rate_per,
+    key_rate_burst = excluded.key_rate_burst,
+    fair = excluded.fair
+
+-- name: queues_unfair
+-- A queue that stops being fair: its pending jobs lose their turns (the plain order again).
+UPDATE jobs SET turn = 0 WHERE queue = :name AND status = 'pending' AND turn > 0
 
 -- name: queues_list
-SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused, retention
+SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused, retention,
+       rate_count, rate_per, rate_burst, key_concurrency, key_rate_count, key_rate_per,
+       key_rate_burst, fair
 FROM queues ORDER BY name
+
+-- name: job_limits_upsert
+INSERT INTO job_limits (queue, name, rate_count, rate_per, rate_burst, key_concurrency,
+                        key_rate_count, key_rate_per, key_rate_burst)
+VALUES (:queue, :name, :rate_count, :rate_per, :rate_burst, :key_concurrency, :key_rate_count,
+        :key_rate_per, :key_rate_burst)
+ON CONFLICT (queue, name) DO UPDATE
+SET rate_count = excluded.rate_count,
+    rate_per = excluded.rate_per,
+    rate_burst = excluded.rate_burst,
+    key_concurrency = excluded.key_concurrency,
+    key_rate_count = excluded.key_rate_count,
+    key_rate_per = excluded.key_rate_per,
+    key_rate_burst = excluded.key_rate_burst
+
+-- name: job_limits_delete
+DELETE FROM job_limits WHERE queue = :queue AND name = :name
+
+-- name: job_limits_list
+SELECT queue, name, rate_count, rate_per, rate_burst, key_concurrency, key_rate_count,
+       key_rate_per, key_rate_burst
+FROM job_limits ORDER BY queue, name
+
+-- name: limits_scope_counts
+-- For limits_stats: per (queue, name, key) of the queues in :queues (a JSON array; empty: all),
+-- the pending and running jobs that carry a key, and the running jobs per (queue, name) with
+-- or without one (key NULL). Reads the keyed partial indexes and the running jobs.
+SELECT queue, name, limit_key, sum(status = 'pending'), sum(status = 'running')
+FROM jobs
+WHERE status IN ('pending', 'running')
+  AND (limit_key IS NOT NULL OR status = 'running')
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+GROUP BY queue, name, limit_key
+
+-- name: limit_buckets_list
+SELECT queue, job, tat, interval, burst FROM limit_buckets WHERE key = ''
 
 -- name: workers_upsert
 INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_seen, forget_after)
