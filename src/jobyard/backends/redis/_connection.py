@@ -354,14 +354,15 @@ class Scripts:
     """The Lua scripts, read once from ``scripts/*.lua`` and run with EVALSHA.
 
     redis-py's Script loads a script again after NOSCRIPT (a restarted or failed-over server
-    starts with an empty script cache). Job scripts get ``_lib.lua`` and ``_flows.lua``
-    prepended, the list scripts ``_lists.lua``.
+    starts with an empty script cache). Job scripts get ``_lib.lua``, ``_flows.lua`` and
+    ``_gate.lua`` prepended, the list scripts ``_lists.lua``.
     """
 
     def __init__(self, client: Any) -> None:
         folder = resources.files(__package__).joinpath("scripts")
         lib = "\n".join(
-            folder.joinpath(name).read_text(encoding="utf-8") for name in ("_lib.lua", "_flows.lua")
+            folder.joinpath(name).read_text(encoding="utf-8")
+            for name in ("_lib.lua", "_flows.lua", "_gate.lua")
         )
         lists = folder.joinpath("_lists.lua").read_text(encoding="utf-8")
         self._scripts: dict[str, Script] = {}

@@ -115,17 +115,21 @@ def rows(jobs: Sequence[NewJob], links: Sequence[list[Any]], queues: list[str]) 
                 j.delivery,
                 j.idempotency_key,
                 j.parent_id,
-                *(link if j.on_conflict == "keep" else _replacing(j)),
+                *(link if j.on_conflict == "keep" and j.key is None else _tail(j, link)),
             ]
             for j, link in zip(jobs, links, strict=True)
         ]
     )
 
 
-def _replacing(job: NewJob) -> list[Any]:
-    """The row's tail for ``on_conflict="replace"`` (a plain job: no workflow columns): 1 =
-    replace a pending holder's payload, 2 = its payload and run_at (the job sets one)."""
-    return [None, None, None, 2 if job.run_at is not None or job.delay != 0 else 1]
+def _tail(job: NewJob, link: list[Any]) -> list[Any]:
+    """The row's columns 14 to 18 for a job with ``on_conflict="replace"`` or a limit key: the
+    workflow columns (null for a plain job), then 17: 1 = replace a pending holder's payload,
+    2 = its payload and run_at (the job sets one), null = keep; 18: the limit key."""
+    replace = None
+    if job.on_conflict == "replace":
+        replace = 2 if job.run_at is not None or job.delay != 0 else 1
+    return [*(link or [None, None, None]), replace, job.key]
 
 
 def hidden(ranges: Sequence[str], number: str) -> bool:

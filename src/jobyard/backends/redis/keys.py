@@ -130,6 +130,11 @@ class Keys:
         """The hash of one job."""
         return f"{self.tag(queue)}:job:{number}"
 
+    def job_limits(self, queue: str) -> str:
+        """The hash of a queue's job limits (job name -> its limits, ``limits_sync``), read by
+        the claim's gate."""
+        return f"{self.tag(queue)}:joblimits"
+
     def owed(self, queue: str) -> str:
         """The hash of completed jobs of ``queue`` (number -> dependents) whose release of a
         dependent is owed."""

@@ -136,11 +136,77 @@ local function batch_send(b)
   b.by, b.order = {}, {}
 end
 
--- A pending job is findable by the claim (its priority level, by run_at) and by listing.
+-- Fair turns (a queue configured fair): each pending job of the queue has a turn, kept in its
+-- hash ("turn") and in the zset "<base>turns:<p>" of its priority level (score = turn, member =
+-- the zero-padded number, so equal turns fall back to enqueue order); the claim of a fair queue
+-- reads a level in turn order (see _gate.lua). A new job's turn is one more than the latest turn
+-- given to its key (the hash "<base>turn": key -> that turn; jobs without a key share the key
+-- ""), never less than the queue's lowest pending turn: start-time fair queueing, so a key that
+-- arrives behind another's backlog is served from the next turn on. The entry of a key whose
+-- latest job is claimed is deleted: idle keys leave nothing behind.
+local function turns_key(k, prio)
+  return k.base .. 'turns:' .. prio
+end
+
+local function lowest_turn(k)
+  local low
+  for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
+    if tonumber(p) then
+      local first = redis.call('ZRANGE', turns_key(k, p), 0, 0, 'WITHSCORES')
+      if first[2] and (not low or tonumber(first[2]) < low) then
+        low = tonumber(first[2])
+      end
+    end
+  end
+  return low or 0
+end
+
+-- A turn for job n (priority prio, limit key `key` or nil) of a fair queue; `low`: the queue's
+-- lowest pending turn (lowest_turn), read once per batch.
+local function take_turn(k, jk, n, prio, key, low)
+  local field = key or ''
+  local last = tonumber(redis.call('HGET', k.base .. 'turn', field))
+  local t = low
+  if last and last + 1 > t then
+    t = last + 1
+  end
+  redis.call('HSET', k.base .. 'turn', field, t)
+  redis.call('HSET', jk, 'turn', t)
+  redis.call('ZADD', turns_key(k, prio), t, pad(n))
+  return t
+end
+
+-- A pending job is findable by the claim (its priority level, by run_at) and by listing; a job
+-- that had a turn (a fair queue's, see above) is back in its level's turns with it.
 local function to_ready(k, n, prio, run_at)
   redis.call('ZADD', k.base .. 'ready:' .. prio, run_at, pad(n))
   redis.call('ZADD', k.prios, prio, prio)
   redis.call('ZADD', k.pending, n, n)
+  local turn = redis.call('HGET', k.base .. 'job:' .. n, 'turn')
+  if turn and tonumber(prio) then
+    redis.call('ZADD', turns_key(k, prio), turn, pad(n))
+  end
+end
+
+-- Key slots (key_concurrency): the running jobs of each key, counted in the hash
+-- "<base>keyrun", field "q\n<key>" for the queue's scope and "j\n<name>\n<key>" for a job
+-- name's (job names hold no newline). Every keyed job counts from its claim until it leaves
+-- running (jobs_ack, leases_reap, a corrupt record failed), whatever limits are set, so limits
+-- configured later find the counts right; a count that reaches 0 is deleted.
+local function key_slots(k, name, key, by)
+  local run = k.base .. 'keyrun'
+  for _, f in ipairs({'q\n' .. key, 'j\n' .. (name or '') .. '\n' .. key}) do
+    if redis.call('HINCRBY', run, f, by) <= 0 then
+      redis.call('HDEL', run, f)
+    end
+  end
+end
+
+-- Job n of queue k leaves running: its key slot is free again.
+local function leave_running(k, jk, name, key)
+  if key then
+    key_slots(k, name, key, -1)
+  end
 end
 
 local function from_ready(k, n, prio)
@@ -161,6 +227,9 @@ local function from_ready(k, n, prio)
     redis.call('ZREM', level, pad(n))
     if redis.call('EXISTS', level) == 0 then
       redis.call('ZREM', k.prios, p)
+    end
+    if tonumber(p) then
+      redis.call('ZREM', turns_key(k, p), pad(n))
     end
   end
   redis.call('ZREM', k.pending, n)
@@ -221,9 +290,9 @@ local function lapse_if_due(k)
     redis.call('DEL', jk)
   end
   for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
-    redis.call('DEL', k.base .. 'ready:' .. p)
+    redis.call('DEL', k.base .. 'ready:' .. p, turns_key(k, p))
   end
-  redis.call('DEL', k.prios, k.pending, k.ttl)
+  redis.call('DEL', k.prios, k.pending, k.ttl, k.base .. 'turn')
   return #ns
 end
 
@@ -407,7 +476,10 @@ end
 
 -- Fail a corrupt job where it stands (pending or running), with the reason as its error.
 local function fail_corrupt(k, jk, n, now, reason, ttl)
-  redis.call('ZREM', k.claims, n)
+  if redis.call('ZREM', k.claims, n) == 1 then
+    local f = redis.call('HMGET', jk, 'name', 'key')
+    leave_running(k, jk, f[1], f[2])
+  end
   redis.call('ZREM', k.pending, n)
   redis.call('HDEL', jk, 'token', 'lease_expires_at')
   redis.call('HSET', jk, 'status', 'failed', 'error', 'corrupt job record: ' .. reason,
@@ -519,7 +591,8 @@ local function insert_jobs(o)
     if not o.dry and not o.stage then
       lapse_if_due(groups[g])
     end
-    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending')
+    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending',
+      'fair')
     fresh[g] = 0
     counted[g] = 0
   end
@@ -607,6 +680,7 @@ local function insert_jobs(o)
   local adds = {} -- key -> {score, member, score, member, ...}
   local order = {}
   local derived = {} -- position -> ids of the batch's steps waiting on it (dependents)
+  local low = {} -- group -> its lowest pending turn (fair queues), read once
   local function add(key, score, member)
     local t = adds[key]
     if not t then
@@ -675,6 +749,10 @@ local function insert_jobs(o)
         fields[#fields + 1] = 'parent_id'
         fields[#fields + 1] = job[13]
       end
+      if nz(job[18]) then
+        fields[#fields + 1] = 'key'
+        fields[#fields + 1] = job[18]
+      end
       local wf = nz(job[14])
       if wf then
         fields[#fields + 1] = 'workflow_id'
@@ -741,6 +819,10 @@ local function insert_jobs(o)
         end
         add(level, run_at, pad(n))
         add(k.pending, n, n)
+        if cfg[g][4] == '1' and not o.stage then -- a fair queue: the job's turn (see above)
+          low[g] = low[g] or lowest_turn(k)
+          take_turn(k, job_key(k, n), n, prio, nz(job[18]), low[g])
+        end
       end
     end
     numbers[i] = n

@@ -3,14 +3,18 @@
 -- KEYS: the 16 keys of the queue (see _lib.lua).
 -- ARGV: [1] queue name   [2] JSON object of the settings that are set: max_concurrency,
 --       max_attempts, backoff, max_pending, paused ("1"), retention (whole seconds a completed
---       job is kept: jobs_ack.lua and leases_reap.lua read it over the store's result_ttl)
+--       job is kept: jobs_ack.lua and leases_reap.lua read it over the store's result_ttl),
+--       and the limits the claim's gate reads (_gate.lua): rate_count, rate_per, rate_burst,
+--       key_concurrency, key_rate_count, key_rate_per, key_rate_burst, fair ("1")
 -- Touches: config (deleted and written whole, so an unset option falls back to the default).
 -- Returns: "OK".
 
 local k = queue_keys(1)
 local settings = cjson.decode(ARGV[2])
 local fields = {'name', ARGV[1]}
-local names = {'max_concurrency', 'max_attempts', 'backoff', 'max_pending', 'paused', 'retention'}
+local names = {'max_concurrency', 'max_attempts', 'backoff', 'max_pending', 'paused', 'retention',
+  'rate_count', 'rate_per', 'rate_burst', 'key_concurrency', 'key_rate_count', 'key_rate_per',
+  'key_rate_burst', 'fair'}
 for _, f in ipairs(names) do
   local v = nz(settings[f])
   if v ~= nil then

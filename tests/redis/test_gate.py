@@ -1,0 +1,104 @@
+"""The claim's gate on Redis (``_gate.lua``): every key a limited queue keeps lives on the
+queue's hash slot (a Cluster script may touch no other), the state a limit keeps is bounded
+(rate buckets expire, key slots and turns are deleted once unused), and the Cluster claim's
+probe of several queues goes through the same gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+from jobyard.backends.base import (
+    JobLimits,
+    JobsAckParams,
+    JobsClaimParams,
+    LeasesReapParams,
+    LimitsSyncParams,
+    Outcome,
+    QueueConfig,
+    QueueLimits,
+    Rate,
+)
+from jobyard.backends.redis.backend import RedisBackend
+from jobyard.clock import FrozenClock
+from tests.redis.conftest import insert, new
+
+LIMITS = QueueLimits(rate=Rate(1000), key_concurrency=1, key_rate=Rate(5), fair=True)
+
+
+def claim(backend: RedisBackend, limit: int = 20, queues: tuple[str, ...] = ("q",)) -> Any:
+    return backend.jobs_claim(JobsClaimParams("w1", queues, limit))
+
+
+def complete(backend: RedisBackend, claimed: Any) -> None:
+    outcomes = [Outcome(c.id, c.token, "completed", result="null") for c in claimed]
+    assert backend.jobs_ack(JobsAckParams(outcomes)) == []
+
+
+def keys_of(raw: Any, backend: RedisBackend, queue: str) -> list[str]:
+    tag = backend.keys.tag(queue)
+    pattern = tag.replace("{", "\\{").replace("}", "\\}") + "*"
+    if backend.cluster:
+        return sorted(raw.scan_iter(match=pattern, target_nodes=raw.ALL_NODES))
+    return sorted(raw.scan_iter(match=pattern))
+
+
+def exercise(backend: RedisBackend) -> None:
+    """Every limit of the gate, a job name's included, through claims, a completion and a
+    lapsed lease."""
+    backend.queues_configure(QueueConfig("q", max_concurrency=50, limits=LIMITS))
+    sms = QueueLimits(rate=Rate(100), key_concurrency=2, key_rate=Rate(10))
+    backend.limits_sync(LimitsSyncParams([JobLimits("q", "sms", sms)]))
+    insert(backend, *[new(key=f"k{i % 4}", name="sms" if i % 2 else "task") for i in range(12)])
+    insert(backend, new(), new(lease=1.0, key="lapsing"))
+    complete(backend, claim(backend, 3))
+    claim(backend)
+
+
+def test_every_key_of_a_limited_queue_shares_its_hash_slot(
+    backend: RedisBackend, raw: Any, clock: FrozenClock
+) -> None:
+    exercise(backend)
+    clock.advance(5.0)
+    backend.leases_reap(LeasesReapParams())
+    keys = keys_of(raw, backend, "q")
+    names = {k.rsplit(":", 1)[-1].split("\n")[0] for k in keys}
+    assert {"keyrun", "turn", "joblimits", "config"} <= names, keys
+    assert any(":tat:k:" in k for k in keys) and any(":tat:jk:sms" in k for k in keys)
+    assert {key_slot(k.encode()) for k in keys} == {key_slot(backend.keys.tag("q").encode())}
+
+
+def test_the_state_a_limit_keeps_goes_away_with_its_jobs(
+    backend: RedisBackend, raw: Any, clock: FrozenClock
+) -> None:
+    # given a fair queue with key limits whose jobs all ran
+    backend.queues_configure(QueueConfig("q", limits=LIMITS))
+    insert(backend, *[new(key=f"tenant-{i}") for i in range(6)], new(), new(key="x", lease=1.0))
+    claimed = claim(backend)
+    assert len(claimed) == 8
+    done = [c for c in claimed if backend.jobs_get(c.id).key != "x"]  # type: ignore[union-attr]
+    complete(backend, done)
+    clock.advance(5.0)  # the last one's worker died: the reaper frees its key slot
+    (reaped,) = backend.leases_reap(LeasesReapParams())
+    (again,) = claim(backend)
+    complete(backend, [again])
+    # then no key slot, turn or turn order is left; rate buckets expire by themselves
+    tag = backend.keys.tag("q")
+    assert raw.exists(f"{tag}:keyrun", f"{tag}:turn", f"{tag}:turns:0") == 0
+    buckets = [k for k in keys_of(raw, backend, "q") if ":tat" in k]
+    assert len(buckets) == 8  # the queue's and one per key
+    assert all(0 < raw.pttl(k) <= 60_000 + 1_000 for k in buckets)
+
+
+def test_the_cluster_probe_of_several_queues_goes_through_the_gate(
+    backend: RedisBackend,
+) -> None:
+    backend.queues_configure(QueueConfig("a", limits=QueueLimits(rate=Rate(1, 10.0))))
+    insert(backend, *[new("a") for _ in range(3)], *[new("b") for _ in range(3)])
+    got = claim(backend, 10, queues=("a", "b"))
+    assert sorted(c.queue for c in got) == ["a", "b", "b", "b"]
+    assert got.next_open == pytest.approx(10.0, abs=0.01)
+    again = claim(backend, 10, queues=("a", "b"))
+    assert again == [] and again.next_open == pytest.approx(10.0, abs=0.01)
