@@ -81,7 +81,7 @@ def test_the_state_a_limit_keeps_goes_away_with_its_jobs(
     done = [c for c in claimed if backend.jobs_get(c.id).key != "x"]  # type: ignore[union-attr]
     complete(backend, done)
     clock.advance(5.0)  # the last one's worker died: the reaper frees its key slot
-    (reaped,) = backend.leases_reap(LeasesReapParams())
+    assert len(backend.leases_reap(LeasesReapParams())) == 1
     (again,) = claim(backend)
     complete(backend, [again])
     # then no key slot, turn or turn order is left; rate buckets expire by themselves
@@ -102,3 +102,33 @@ def test_the_cluster_probe_of_several_queues_goes_through_the_gate(
     assert got.next_open == pytest.approx(10.0, abs=0.01)
     again = claim(backend, 10, queues=("a", "b"))
     assert again == [] and again.next_open == pytest.approx(10.0, abs=0.01)
+
+
+def test_a_fair_queue_serves_due_jobs_past_delayed_and_retried_ones(
+    backend: RedisBackend, clock: FrozenClock
+) -> None:
+    # given a fair queue where one tenant's many jobs are not due yet (delayed, or retried
+    # with a backoff) and another's are
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    insert(backend, *[new(key="A", delay=60.0) for _ in range(30)])
+    insert(backend, *[new(key="R") for _ in range(3)])
+    retried = claim(backend, 3)
+    outcomes = [Outcome(c.id, c.token, "retry", error="e", delay=60.0) for c in retried]
+    assert backend.jobs_ack(JobsAckParams(outcomes)) == []
+    (b,) = insert(backend, new(key="B"))
+    # when a worker claims one job, then it gets the due one
+    assert [c.id for c in claim(backend, 1)] == [b]
+    # and once the others are due they take turns
+    clock.advance(61.0)
+    got = claim(backend, 40)
+    assert len(got) == 33
+    keys = [backend.jobs_get(c.id).key for c in got]  # type: ignore[union-attr]
+    assert keys[:6] == ["A", "R", "A", "R", "A", "R"]
+
+
+def test_a_queue_made_fair_with_jobs_in_it_claims_them_all(backend: RedisBackend) -> None:
+    insert(backend, *[new(key="A") for _ in range(5)], *[new(key="B") for _ in range(2)])
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    got = claim(backend, 10)
+    assert len(got) == 7
+    assert [backend.jobs_get(c.id).key for c in got][:4] == ["A", "B", "A", "B"]  # type: ignore[union-attr]

@@ -136,16 +136,23 @@ local function batch_send(b)
   b.by, b.order = {}, {}
 end
 
--- Fair turns (a queue configured fair): each pending job of the queue has a turn, kept in its
--- hash ("turn") and in the zset "<base>turns:<p>" of its priority level (score = turn, member =
--- the zero-padded number, so equal turns fall back to enqueue order); the claim of a fair queue
--- reads a level in turn order (see _gate.lua). A new job's turn is one more than the latest turn
--- given to its key (the hash "<base>turn": key -> that turn; jobs without a key share the key
--- ""), never less than the queue's lowest pending turn: start-time fair queueing, so a key that
--- arrives behind another's backlog is served from the next turn on. The entry of a key whose
--- latest job is claimed is deleted: idle keys leave nothing behind.
+-- Fair turns (a queue configured fair): each due pending job of the queue has a turn, kept in
+-- its hash ("turn") and in the zset "<base>turns:<p>" of its priority level (score = turn,
+-- member = the zero-padded number, so equal turns fall back to enqueue order); the claim of a
+-- fair queue reads a level in turn order (fair_due in jobs_claim.lua). A job's turn is one more
+-- than the latest turn given to its key (the hash "<base>turn": key -> that turn; jobs without
+-- a key share the key ""), never less than the queue's lowest pending turn: start-time fair
+-- queueing, so a key that arrives behind another's backlog is served from the next turn on.
+-- The entry of a key whose latest job is claimed is deleted: idle keys leave nothing behind.
+-- A job that is not due when it becomes pending (delayed, retried, released by its inputs,
+-- written by a staged batch) waits in "<base>unturned:<p>" (score = run_at) and takes its turn
+-- when a claim finds it due, so jobs not due never stand in the turns ahead of due ones.
 local function turns_key(k, prio)
   return k.base .. 'turns:' .. prio
+end
+
+local function unturned_key(k, prio)
+  return k.base .. 'unturned:' .. prio
 end
 
 local function lowest_turn(k)
@@ -176,15 +183,14 @@ local function take_turn(k, jk, n, prio, key, low)
   return t
 end
 
--- A pending job is findable by the claim (its priority level, by run_at) and by listing; a job
--- that had a turn (a fair queue's, see above) is back in its level's turns with it.
+-- A pending job is findable by the claim (its priority level, by run_at) and by listing; in a
+-- fair queue it waits for its turn (see above).
 local function to_ready(k, n, prio, run_at)
   redis.call('ZADD', k.base .. 'ready:' .. prio, run_at, pad(n))
   redis.call('ZADD', k.prios, prio, prio)
   redis.call('ZADD', k.pending, n, n)
-  local turn = redis.call('HGET', k.base .. 'job:' .. n, 'turn')
-  if turn and tonumber(prio) then
-    redis.call('ZADD', turns_key(k, prio), turn, pad(n))
+  if tonumber(prio) and redis.call('HGET', k.config, 'fair') == '1' then
+    redis.call('ZADD', unturned_key(k, prio), run_at, pad(n))
   end
 end
 
@@ -230,6 +236,7 @@ local function from_ready(k, n, prio)
     end
     if tonumber(p) then
       redis.call('ZREM', turns_key(k, p), pad(n))
+      redis.call('ZREM', unturned_key(k, p), pad(n))
     end
   end
   redis.call('ZREM', k.pending, n)
@@ -290,7 +297,7 @@ local function lapse_if_due(k)
     redis.call('DEL', jk)
   end
   for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
-    redis.call('DEL', k.base .. 'ready:' .. p, turns_key(k, p))
+    redis.call('DEL', k.base .. 'ready:' .. p, turns_key(k, p), unturned_key(k, p))
   end
   redis.call('DEL', k.prios, k.pending, k.ttl, k.base .. 'turn')
   return #ns
@@ -819,9 +826,13 @@ local function insert_jobs(o)
         end
         add(level, run_at, pad(n))
         add(k.pending, n, n)
-        if cfg[g][4] == '1' and not o.stage then -- a fair queue: the job's turn (see above)
-          low[g] = low[g] or lowest_turn(k)
-          take_turn(k, job_key(k, n), n, prio, nz(job[18]), low[g])
+        if cfg[g][4] == '1' then -- a fair queue: the job's turn (see above)
+          if run_at <= o.now and not o.stage then
+            low[g] = low[g] or lowest_turn(k)
+            take_turn(k, job_key(k, n), n, prio, nz(job[18]), low[g])
+          else
+            add(unturned_key(k, prio), run_at, pad(n))
+          end
         end
       end
     end

@@ -44,47 +44,52 @@ end
 -- Due jobs a limited queue's claim looks at, at most (the gate may hold many back): a job
 -- behind more held-back ones than this waits for a later claim.
 local SCAN_MAX = 512
--- Due jobs of a fair queue's level without a turn yet (a staged batch's, a queue made fair
--- with jobs in it) given one per claim, at most.
-local LATE_TURNS = 32
+-- Jobs of a fair queue's level that became due (see "Fair turns" in _lib.lua) given their
+-- turn per claim, at most.
+local LATE_TURNS = 64
 
 -- A fair queue's due entries of one priority band (its level keys: the level and its
 -- segments), in turn order, up to `want`.
 local function fair_due(k, band, prio, want)
-  local turns = turns_key(k, int(prio))
+  local turns, waiting = turns_key(k, int(prio)), unturned_key(k, int(prio))
+  local late = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, LATE_TURNS)
   local low
-  for _, p in ipairs(band) do
-    local level = k.base .. 'ready:' .. p
-    for _, m in ipairs(redis.call('ZRANGEBYSCORE', level, '-inf', now, 'LIMIT', 0, LATE_TURNS)) do
-      if not redis.call('ZSCORE', turns, m) then
-        local n = unpad(m)
-        local jk = job_key(k, n)
-        local f = redis.call('HMGET', jk, 'turn', 'key')
-        if f[1] then
-          redis.call('ZADD', turns, f[1], m)
-        else
-          low = low or lowest_turn(k)
-          take_turn(k, jk, n, int(prio), f[2] or nil, low)
-        end
-      end
+  for _, m in ipairs(late) do
+    redis.call('ZREM', waiting, m)
+    local n = unpad(m)
+    local jk = job_key(k, n)
+    local f = redis.call('HMGET', jk, 'status', 'key')
+    if f[1] == 'pending' then
+      low = low or lowest_turn(k)
+      take_turn(k, jk, n, int(prio), f[2] or nil, low)
     end
   end
   local out = {}
-  local seen = redis.call('ZRANGE', turns, 0, want - 1)
-  for _, m in ipairs(seen) do
-    local at, where
-    for _, p in ipairs(band) do
-      at = redis.call('ZSCORE', k.base .. 'ready:' .. p, m)
-      if at then
-        where = p
-        break
+  local from = 0
+  while #out < want and from < want + SCAN_MAX do
+    local page = redis.call('ZRANGE', turns, from, from + want - 1)
+    if #page == 0 then
+      break
+    end
+    for _, m in ipairs(page) do
+      local at, where
+      for _, p in ipairs(band) do
+        at = redis.call('ZSCORE', k.base .. 'ready:' .. p, m)
+        if at then
+          where = p
+          break
+        end
+      end
+      if not at then
+        if not staged(k, unpad(m)) then -- a staged job is ready once its batch is published
+          redis.call('ZREM', turns, m) -- no longer ready (a stale entry)
+          from = from - 1
+        end
+      elseif tonumber(at) <= now then
+        out[#out + 1] = {prio = prio, p = where, run_at = tonumber(at), member = m}
       end
     end
-    if not at then
-      redis.call('ZREM', turns, m) -- no longer ready (a stale entry)
-    elseif tonumber(at) <= now then
-      out[#out + 1] = {prio = prio, p = where, run_at = tonumber(at), member = m}
-    end
+    from = from + #page
   end
   return out
 end
