@@ -40,7 +40,7 @@ from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES
+from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, LimitStats
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -394,6 +394,22 @@ def status(app_ref: str, as_json: bool) -> None:
                 for w in view.workers
             ],
             "warnings": list(view.warnings),
+            "limits": [
+                {
+                    "queue": r.queue,
+                    "job": r.job,
+                    "rules": views.limit_rules(r.limits, r.max_concurrency),
+                    "running": r.running,
+                    "rate_used": r.rate_used,
+                    "keys_running": r.keys_running,
+                    "keys_full": r.keys_full,
+                    "top_keys": [
+                        {"key": k.key, "pending": k.pending, "running": k.running}
+                        for k in r.top_keys
+                    ],
+                }
+                for r in view.limits
+            ],
         }
         click.echo(json.dumps(data, indent=2))
         return
@@ -418,6 +434,8 @@ def status(app_ref: str, as_json: bool) -> None:
         console.print(table)
     else:
         console.print("no queues yet: nothing was enqueued")
+    if view.limits:
+        console.print(_limits_table(view.limits))
     if not view.workers:
         console.print("workers: none live")
         return
@@ -435,6 +453,25 @@ def status(app_ref: str, as_json: bool) -> None:
             _ago(w.last_seen),
         )
     console.print(wt)
+
+
+def _limits_table(rows: Sequence[LimitStats]) -> Table:
+    """Each limited queue and job name: its rules, how full it is, its busiest keys."""
+    table = Table(title="limits", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("queue", "job", "limits", "running", "rate used", "keys at limit", "top keys"):
+        table.add_column(column, no_wrap=column in ("queue", "job"))
+    for r in rows:
+        cap = r.limits.key_concurrency
+        table.add_row(
+            cell(r.queue),
+            cell(r.job or "(queue)"),
+            cell(" ".join(views.limit_rules(r.limits, r.max_concurrency))),
+            str(r.running) if r.max_concurrency is None else f"{r.running}/{r.max_concurrency}",
+            "" if r.rate_used is None else f"{r.rate_used:.0%}",
+            "" if cap is None else f"{r.keys_full} of {r.keys_running}",
+            cell(", ".join(f"{k.key} ({k.pending} pending)" for k in r.top_keys)),
+        )
+    return table
 
 
 def _limits(q: views.QueueRow) -> list[str]:

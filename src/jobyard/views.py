@@ -23,7 +23,15 @@ from typing import Any, Literal
 
 from ._secrets import mask_url
 from .app import App
-from .backends.base import STATUSES, QueueConfig, QueueStats, Schedule, StoreInfo
+from .backends.base import (
+    STATUSES,
+    LimitStats,
+    QueueConfig,
+    QueueLimits,
+    QueueStats,
+    Schedule,
+    StoreInfo,
+)
 from .job import Job
 from .retry import Backoff
 from .workflow import Workflow
@@ -87,6 +95,9 @@ class StatusView:
     info: StoreInfo
     queues: tuple[QueueRow, ...]  # by name
     workers: tuple[WorkerRow, ...]  # by id
+    # Each limited queue and job name, how full it is and the keys with the most pending jobs
+    # (queue rows first, then its job names'; see LimitStats).
+    limits: tuple[LimitStats, ...] = ()
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -142,7 +153,23 @@ def status(app: App, *, running: bool = False) -> StatusView:
     info = app.store_info()
     stats = {s.queue: s for s in app.stats()}
     rows = queue_rows(app, stats, info)
-    return StatusView(mask_url(app.url), info, rows, worker_rows(app, stats, running=running))
+    workers = worker_rows(app, stats, running=running)
+    return StatusView(mask_url(app.url), info, rows, workers, tuple(app.limits()))
+
+
+def limit_rules(limits: QueueLimits, max_concurrency: int | None = None) -> list[str]:
+    """A scope's limits as status words them: ``max_concurrency=5``, ``rate=100/s``,
+    ``key_concurrency=1``, ``key_rate=5/s``, ``fair``."""
+    rules = [] if max_concurrency is None else [f"max_concurrency={max_concurrency}"]
+    if limits.rate is not None:
+        rules.append(f"rate={limits.rate.text()}")
+    if limits.key_concurrency is not None:
+        rules.append(f"key_concurrency={limits.key_concurrency}")
+    if limits.key_rate is not None:
+        rules.append(f"key_rate={limits.key_rate.text()}")
+    if limits.fair:
+        rules.append("fair")
+    return rules
 
 
 def queue_rows(

@@ -257,6 +257,40 @@ def test_a_late_tenant_is_not_queued_behind_a_backlog(backend: Backend) -> None:
     assert keys_of(backend, claim(backend, 10)).count("B") == 5
 
 
+# --- the state a limit keeps is bounded ---------------------------------------------------------
+
+
+def bucket_count(kind: str, backend: Backend) -> int:
+    """Rate buckets the store holds (each store's own table or dict)."""
+    if kind == "memory":
+        return len(backend._tats)  # type: ignore[attr-defined]
+    if kind == "sqlite":
+        conn = backend._conns.get()  # type: ignore[attr-defined]
+        return int(conn.execute("SELECT count(*) FROM limit_buckets").fetchone()[0])
+    if kind == "postgres":
+        rows = backend._run(  # type: ignore[attr-defined]
+            lambda c: c.execute("SELECT count(*) FROM limit_buckets").fetchall()
+        )
+        return int(rows[0][0])
+    pytest.skip("Redis buckets are keys with a TTL: tests/redis counts them")
+
+
+def test_idle_keys_leave_no_bucket_behind(
+    backend: Backend, clock: jobyard.FrozenClock, store: tuple[str, str]
+) -> None:
+    from jobyard.backends.base import StoreTidyParams
+
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(key_rate=Rate(1, 10.0))))
+    insert(backend, *[new(key=f"customer:{i}") for i in range(300)])
+    assert len(claim(backend, 300)) == 300
+    assert bucket_count(store[0], backend) == 300  # one per key, while it is closed
+    backend.store_tidy(StoreTidyParams())
+    assert bucket_count(store[0], backend) == 300  # none has opened yet: all kept
+    clock.advance(10.0)
+    backend.store_tidy(StoreTidyParams())
+    assert bucket_count(store[0], backend) == 0
+
+
 # --- status --------------------------------------------------------------------------------------
 
 
@@ -426,3 +460,34 @@ def test_fair_on_a_queue_whose_jobs_have_no_keys_is_refused() -> None:
 
     assert app.configure_queue("reports", fair=True).limits.fair
     assert jobyard.App("memory://").configure_queue("elsewhere", fair=True).limits.fair
+
+
+def test_status_lists_each_limit_how_full_and_the_busiest_keys(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    from jobyard import views
+
+    app = make_app()
+
+    @app.job(queue="sms", key_concurrency=1)
+    def send(customer: str) -> None: ...
+
+    app.configure_queue("sms", max_concurrency=4, rate_limit="600/m")
+    app.backend.limits_sync(LimitsSyncParams(app.job_limits()))
+    for customer in ("a", "a", "a", "b"):
+        send.options(key=customer).enqueue(customer)
+    claim(app.backend, 10, queues=("sms",))
+    view = views.status(app)
+    queue_row, job_row = view.limits
+    assert views.limit_rules(queue_row.limits, queue_row.max_concurrency) == [
+        "max_concurrency=4",
+        "rate=600/m",
+    ]
+    assert (queue_row.running, queue_row.rate_used is not None) == (1, True)
+    # The burst of 600/m is one start: the first job (of a) runs, the rest wait.
+    assert [(k.key, k.pending, k.running) for k in queue_row.top_keys] == [
+        ("a", 2, 1),
+        ("b", 1, 0),
+    ]
+    assert (job_row.job, views.limit_rules(job_row.limits)) == ("send", ["key_concurrency=1"])
+    assert (job_row.keys_running, job_row.keys_full) == (1, 1)

@@ -36,6 +36,12 @@ class Queries:
     leases_reap: str
     queues_configure: str
     queues_list: str
+    job_limits_sync: str
+    job_limits_list: str
+    limits_scope_counts: str
+    limit_buckets_list: str
+    limit_buckets_forget: str
+    vacuum_limit_buckets: str
     workers_beat: str
     workers_list: str
     stats_get: str

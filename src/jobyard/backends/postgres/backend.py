@@ -35,7 +35,15 @@ from psycopg_pool import ConnectionPool
 from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
-from .._stored import parse_numeric_id, readable, storable
+from .._stored import (
+    LIMIT_COLUMNS,
+    limit_columns,
+    limit_stats,
+    limits_from,
+    parse_numeric_id,
+    readable,
+    storable,
+)
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
@@ -45,6 +53,7 @@ from ..base import (
     Claimed,
     ClaimedJob,
     Inserted,
+    JobLimits,
     JobRecord,
     JobsAckParams,
     JobsCancelParams,
@@ -122,13 +131,27 @@ def _ids(numbers: list[int] | None) -> tuple[str, ...]:
 
 
 def _record(row: Row) -> JobRecord:
-    # the last two columns are the workflow links: depends_on, dependents
-    values: list[Any] = [*row[1:-2], _ids(row[-2]), _ids(row[-1])]
+    # the last three columns: the workflow links (depends_on, dependents), the limit key
+    values: list[Any] = [*row[1:-3], _ids(row[-3]), _ids(row[-2]), row[-1]]
     rec = JobRecord(str(row[0]), *values)
     if rec.idempotency_key is None and rec.parent_id is None:
         return rec
     return dataclasses.replace(
         rec, idempotency_key=exact_out(rec.idempotency_key), parent_id=exact_out(rec.parent_id)
+    )
+
+
+def _queue_config(r: Row) -> QueueConfig:
+    """A row of ``queues_list``."""
+    return QueueConfig(
+        name=r[0],
+        max_concurrency=r[1],
+        max_attempts=r[2],
+        backoff=r[3],
+        max_pending=r[4],
+        paused=r[5],
+        retention=r[6],
+        limits=limits_from(r[7:14], r[14]),
     )
 
 
@@ -323,6 +346,7 @@ class PostgresBackend:
             "leases": [float(j.lease) for j in jobs],
             "deliveries": [j.delivery for j in jobs],
             "parents": [exact_in(j.parent_id) for j in jobs],
+            "limit_keys": [j.key for j in jobs],  # checked by the core: plain UTF-8, no NUL
         }
         workflow = _workflow_args(jobs)
         if workflow is None:
@@ -525,17 +549,14 @@ class PostgresBackend:
     # worker side ------------------------------------------------------------------------------
 
     def jobs_claim(self, params: JobsClaimParams) -> Claimed:
-        """Claim due jobs (see :meth:`_jobs_claim`)."""
-        return Claimed(self._jobs_claim(params))  # limits: not yet held by this store
-
-    def _jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in one round trip (see :class:`JobsClaimParams`); with ``wait``,
-        after the push signal (:meth:`jobs_wait`)."""
+        """Claim due jobs through the gate in one round trip (see :class:`JobsClaimParams` and
+        ``jobs_claim`` in queries/leases.sql); with ``wait``, after the push signal
+        (:meth:`jobs_wait`). A claim of queues with a limit goes behind their lock."""
         if params.wait > 0:
             self._listener.wait(params.queues, params.wait, waiter=params.worker_id)
         queues = list(dict.fromkeys(params.queues))
         if params.limit <= 0 or not queues:
-            return []
+            return Claimed()
         key = ("claim", *queues)
         args = {
             "now": self.clock.now(),
@@ -547,15 +568,17 @@ class PostgresBackend:
         }
         rows: list[Row] = []
         if key not in self._limited:
-            # One statement; it claims nothing, and says so, if a queue has a max_concurrency.
+            # One statement; it claims nothing, and says so, if a queue has a limit.
             rows = self._run(lambda c: self._fetch(c, Q.jobs_claim, args))
-        if key in self._limited or (rows and rows[0][0] is None):
+        if key in self._limited or (rows and rows[-1][-1]):
             locked = {**args, "locked": True}
             steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues})]
             steps.append((Q.jobs_claim, locked))
             taken, rows = self._run(lambda c: self._locked_counted(c, steps))
             self._remember(key, limited=taken > 0)
-        return [_claimed(r) for r in rows if r[0] is not None]
+        summary = rows[-1]  # the last row: next_open and the lock flag (id NULL)
+        opens = None if summary[-2] is None else max(float(summary[-2]), 0.0)
+        return Claimed([_claimed(r) for r in rows if r[0] is not None], opens)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes in one statement; return the ids whose token no longer matched.
@@ -697,13 +720,44 @@ class PostgresBackend:
             "max_pending": config.max_pending,
             "paused": bool(config.paused),
             "retention": config.retention,
+            **limit_columns(config.limits),
+            "fair": config.limits.fair,
         }
         self._run(lambda c: c.execute(Q.queues_configure, args, prepare=True))
 
     def queues_list(self) -> list[QueueConfig]:
         """Every configured queue, by name."""
         rows = self._run(lambda c: self._fetch(c, Q.queues_list))
-        return [QueueConfig(*r) for r in rows]
+        return [_queue_config(r) for r in rows]
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store (or, empty, delete) each job name's limits, in one statement."""
+        if not params.jobs:
+            return
+        cols = [limit_columns(j.limits) for j in params.jobs]
+        args = {
+            "queues": [j.queue for j in params.jobs],
+            "names": [j.name for j in params.jobs],
+            **{f"{name}s": [c[name] for c in cols] for name in LIMIT_COLUMNS},
+        }
+        args["key_concurrencies"] = args.pop("key_concurrencys")
+        self._run(lambda c: c.execute(Q.job_limits_sync, args, prepare=True))
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Each limited scope (see :func:`_stored.limit_stats`), from a few reads."""
+
+        def read(conn: Conn) -> list[LimitStats]:
+            (now,) = conn.execute(Q.clock_now, {"now": self.clock.now()}).fetchall()[0]
+            queues = [_queue_config(r) for r in conn.execute(Q.queues_list).fetchall()]
+            named = [
+                JobLimits(r[0], r[1], limits_from(r[2:9]))
+                for r in conn.execute(Q.job_limits_list).fetchall()
+            ]
+            counts = conn.execute(Q.limits_scope_counts, {"queues": list(params.queues)}).fetchall()
+            buckets = {(r[0], r[1] or None): r[2:] for r in conn.execute(Q.limit_buckets_list)}
+            return limit_stats(params, float(now), queues, named, counts, buckets)
+
+        return self._run(read)
 
     def workers_beat(self, params: WorkersBeatParams) -> None:
         """Register or refresh (or remove, when stopping) a worker; forget silent ones."""
@@ -726,13 +780,6 @@ class PostgresBackend:
         args = {"now": self.clock.now()}
         rows = self._run(lambda c: self._fetch(c, Q.workers_list, args))
         return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
-
-    def limits_sync(self, params: LimitsSyncParams) -> None:
-        """Not yet held by this store: job names' limits are not stored."""
-
-    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
-        """Not yet held by this store: no limit is shown."""
-        return []
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
@@ -774,6 +821,7 @@ class PostgresBackend:
                 return []  # another worker is at it
             done: list[str] = []
             try:
+                conn.execute(Q.limit_buckets_forget, {"now": self.clock.now()})
                 for name, dead, live, grown in conn.execute(Q.tidy_dead).fetchall():
                     threshold = params.min_dead + params.dead_fraction * live
                     if dead < threshold and grown < threshold:

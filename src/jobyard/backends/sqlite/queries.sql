@@ -63,11 +63,11 @@ VALUES (
     -- never before the queue's current round; keyless jobs take theirs as one more key.
     CASE WHEN (SELECT q.fair FROM queues AS q WHERE q.name = :queue) = 1 THEN max(
         coalesce(CASE WHEN :key IS NULL
-            THEN (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_keyless_turns
-                  WHERE t.queue = :queue AND t.status = 'pending' AND t.limit_key IS NULL
-                    AND t.turn > 0)
-            ELSE (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_keys
-                  WHERE t.queue = :queue AND t.status = 'pending' AND t.limit_key IS NOT NULL
+            THEN (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_turns
+                  WHERE t.queue = :queue AND t.status = 'pending' AND t.turn > 0
+                    AND t.limit_key IS NULL)
+            ELSE (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_turns
+                  WHERE t.queue = :queue AND t.status = 'pending' AND t.turn > 0
                     AND t.limit_key = :key)
         END, 0) + 1,
         (SELECT q.turn_round FROM queues AS q WHERE q.name = :queue))
@@ -388,7 +388,7 @@ AND (NOT g.named OR NOT EXISTS (
 
 -- name: _bucket_admits
 -- (a fragment) The starts the rate bucket b admits now (GCRA, base.Rate); a bucket with no
--- row admits a full burst, hence `coalesce((SELECT {{_bucket_admits}} ...), burst)`.
+-- row admits a full burst, hence coalesce((SELECT <this> ...), burst).
 max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval + b.burst + 1e-9 AS INTEGER))
 
 -- name: jobs_claim
@@ -548,8 +548,9 @@ WHERE name IN (SELECT key FROM json_each(:turns))
 
 -- name: limits_next_open
 -- After a claim that came back short: the seconds until the first closed bucket of :queues
--- (a JSON array) that holds back a due job opens (tat - (burst - 1) * interval), or NULL.
--- A key's bucket counts only while the key has pending jobs (jobs_pending_keys).
+-- (a JSON array) opens (tat - (burst - 1) * interval), or NULL. A closed bucket may hold back
+-- no job (a key with nothing pending): the worker then claims once for nothing when it opens,
+-- one wake per bucket, which costs less than an index of every keyed pending job would.
 WITH clock (now) AS (
     SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 )
@@ -558,11 +559,6 @@ FROM limit_buckets AS b
 CROSS JOIN clock
 WHERE b.queue IN (SELECT value FROM json_each(:queues))
   AND b.tat - (b.burst - 1) * b.interval > clock.now
-  AND (b.key = '' OR EXISTS (
-      SELECT 1 FROM jobs AS k INDEXED BY jobs_pending_keys
-      WHERE k.queue = b.queue AND k.status = 'pending' AND k.limit_key IS NOT NULL
-        AND k.limit_key = b.key
-  ))
 
 -- name: limit_buckets_forget
 -- store_tidy: a bucket whose tat is past is the same as none (an idle key leaves nothing).
@@ -780,7 +776,7 @@ FROM job_limits ORDER BY queue, name
 -- name: limits_scope_counts
 -- For limits_stats: per (queue, name, key) of the queues in :queues (a JSON array; empty: all),
 -- the pending and running jobs that carry a key, and the running jobs per (queue, name) with
--- or without one (key NULL). Reads the keyed partial indexes and the running jobs.
+-- or without one (key NULL). A read for status: it reads the pending jobs of the queues.
 SELECT queue, name, limit_key, sum(status = 'pending'), sum(status = 'running')
 FROM jobs
 WHERE status IN ('pending', 'running')

@@ -15,6 +15,22 @@ FROM (
     ORDER BY name
 ) AS limited;
 
+-- name: _fair_turn
+-- (a fragment) A new job's turn: 0 unless its queue (the row xq) is fair; then start-time fair
+-- queueing: one after the key's latest pending job (keyless jobs take theirs as one more key),
+-- never before the queue's current round, and one more for each earlier job of the key in the
+-- same batch (x.ord). Needs x (queue, limit_key, ord) and xq (the queue row, may be NULL).
+CASE WHEN xq.fair THEN greatest(
+    coalesce(CASE WHEN x.limit_key IS NULL
+        THEN (SELECT max(t.turn) FROM jobs_pending AS t
+              WHERE t.queue = x.queue AND t.limit_key IS NULL AND t.turn > 0)
+        ELSE (SELECT max(t.turn) FROM jobs_pending AS t
+              WHERE t.queue = x.queue AND t.limit_key = x.limit_key AND t.turn > 0)
+    END, 0) + 1,
+    xq.turn_round
+) + row_number() OVER (PARTITION BY x.queue, x.limit_key ORDER BY x.ord) - 1
+ELSE 0 END
+
 -- name: jobs_insert
 -- Insert a batch in one statement. Returns one row per input job, in input order:
 -- (ord, id, created, go, checks); or one row with go false: nothing was written (see `go`).
@@ -27,10 +43,10 @@ input AS (
         %(names)b::text[], %(queues)b::text[], %(payloads)b::text[], %(priorities)b::int4[],
         %(delays)b::float8[], %(run_ats)b::float8[], %(max_attempts)b::int4[],
         %(backoffs)b::text[], %(timeouts)b::float8[], %(leases)b::float8[],
-        %(deliveries)b::text[], %(keys)b::text[], %(parents)b::text[]
+        %(deliveries)b::text[], %(keys)b::text[], %(parents)b::text[], %(limit_keys)b::text[]
     ) WITH ORDINALITY AS i (
         name, queue, payload, priority, delay, run_at, max_attempts, backoff, timeout, lease,
-        delivery, key, parent_id, ord
+        delivery, key, parent_id, limit_key, ord
     )
 ),
 -- Unless jobs_insert_lock ran first (%(locked)s), a batch for a queue with a max_pending writes
@@ -85,15 +101,15 @@ created AS (
 inserted AS (
     INSERT INTO jobs_pending (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
-        lease, delivery, idempotency_key, parent_id, run_at, created_at
+        lease, delivery, idempotency_key, parent_id, run_at, created_at, limit_key, turn
     )
-    SELECT c.id, 'pending', c.queue, c.name, c.payload, c.priority, 0,
-           coalesce(c.max_attempts, q.max_attempts, %(default_max_attempts)s::int4),
-           coalesce(c.backoff, q.backoff), c.timeout, c.lease, c.delivery, c.key, c.parent_id,
-           coalesce(c.run_at, clock.now + c.delay), clock.now
-    FROM created AS c
+    SELECT x.id, 'pending', x.queue, x.name, x.payload, x.priority, 0,
+           coalesce(x.max_attempts, xq.max_attempts, %(default_max_attempts)s::int4),
+           coalesce(x.backoff, xq.backoff), x.timeout, x.lease, x.delivery, x.key, x.parent_id,
+           coalesce(x.run_at, clock.now + x.delay), clock.now, x.limit_key, {{_fair_turn}}
+    FROM created AS x
     CROSS JOIN clock
-    LEFT JOIN queues AS q ON q.name = c.queue
+    LEFT JOIN queues AS xq ON xq.name = x.queue
     RETURNING id, queue
 ),
 counted AS (
@@ -158,10 +174,10 @@ input AS (
         %(delays)b::float8[], %(run_ats)b::float8[], %(max_attempts)b::int4[],
         %(backoffs)b::text[], %(timeouts)b::float8[], %(leases)b::float8[],
         %(deliveries)b::text[], %(parents)b::text[], %(workflows)b::text[], %(afters)b::text[],
-        %(nexts)b::text[]
+        %(nexts)b::text[], %(limit_keys)b::text[]
     ) WITH ORDINALITY AS i (
         name, queue, payload, priority, delay, run_at, max_attempts, backoff, timeout, lease,
-        delivery, parent_id, workflow_id, after, next, ord
+        delivery, parent_id, workflow_id, after, next, limit_key, ord
     )
 ),
 go AS (
@@ -197,7 +213,9 @@ placed AS (
            ) END AS dependents,
            coalesce(f.max_attempts, q.max_attempts, %(default_max_attempts)s::int4) AS attempts_max,
            coalesce(f.backoff, q.backoff) AS backoff_policy,
-           coalesce(f.run_at, clock.now + f.delay) AS due, clock.now
+           coalesce(f.run_at, clock.now + f.delay) AS due, clock.now,
+           (SELECT {{_fair_turn}} FROM (SELECT f.queue, f.limit_key, f.ord) AS x, queues AS xq
+            WHERE xq.name = f.queue) AS turn
     FROM fresh AS f
     CROSS JOIN clock
     CROSS JOIN positions AS m
@@ -206,11 +224,13 @@ placed AS (
 inserted AS (
     INSERT INTO jobs_pending (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
-        lease, delivery, parent_id, run_at, created_at, workflow_id, dependents, holds
+        lease, delivery, parent_id, run_at, created_at, workflow_id, dependents, holds,
+        limit_key, turn
     )
     SELECT p.id, 'pending', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
            p.backoff_policy, p.timeout, p.lease, p.delivery, p.parent_id, p.due, p.now,
-           p.workflow_id, p.dependents, cardinality(p.dependents)
+           p.workflow_id, p.dependents, cardinality(p.dependents), p.limit_key,
+           coalesce(p.turn, 0)
     FROM placed AS p
     WHERE p.depends_on IS NULL
     RETURNING id, queue
@@ -220,12 +240,12 @@ parked AS (
     INSERT INTO jobs_waiting (
         id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
         lease, delivery, parent_id, run_at, created_at, workflow_id, dependents, depends_on,
-        waits, holds
+        waits, holds, limit_key, turn
     )
     SELECT p.id, 'waiting', p.queue, p.name, p.payload, p.priority, 0, p.attempts_max,
            p.backoff_policy, p.timeout, p.lease, p.delivery, p.parent_id, p.due, p.now,
            p.workflow_id, p.dependents, p.depends_on, cardinality(p.depends_on),
-           cardinality(p.dependents)
+           cardinality(p.dependents), p.limit_key, coalesce(p.turn, 0)
     FROM placed AS p
     WHERE p.depends_on IS NOT NULL
     RETURNING queue
@@ -284,7 +304,7 @@ notified AS (
 id, name, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, result, error, parent_id, idempotency_key, delivery,
        cancel_requested_at, cancelled_by, progress, progress_note, workflow_id, depends_on,
-       dependents
+       dependents, limit_key
 
 -- name: jobs_get
 SELECT {{_job_record}}

@@ -21,7 +21,8 @@ FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid IN (
     to_regclass('jobs_waiting'), to_regclass('jobs_pending'), to_regclass('jobs_running'),
-    to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers')
+    to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers'),
+    to_regclass('limit_buckets')
 )
 ORDER BY c.relname;
 
@@ -58,3 +59,11 @@ VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_counts;
 
 -- name: vacuum_workers
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) workers;
+
+-- name: vacuum_limit_buckets
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) limit_buckets;
+
+-- name: limit_buckets_forget
+-- store_tidy: a rate bucket whose tat is past is the same as none (an idle key leaves no row).
+DELETE FROM limit_buckets
+WHERE tat <= coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8);

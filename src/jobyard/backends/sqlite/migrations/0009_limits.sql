@@ -48,13 +48,10 @@ CREATE TABLE limit_buckets (
 -- order there is the one it always was).
 DROP INDEX jobs_pending;
 CREATE INDEX jobs_pending ON jobs (queue, priority DESC, turn, run_at, id) WHERE status = 'pending';
--- Keyed pending jobs: a key's latest turn (insert into a fair queue), whether a key has due
--- jobs, the keys with the most pending jobs (status). Partial: keyless jobs never enter it.
-CREATE INDEX jobs_pending_keys ON jobs (queue, limit_key, turn)
-    WHERE status = 'pending' AND limit_key IS NOT NULL;
--- Keyless jobs of fair queues take their turns as one more key: their latest turn.
-CREATE INDEX jobs_pending_keyless_turns ON jobs (queue, turn)
-    WHERE status = 'pending' AND limit_key IS NULL AND turn > 0;
+-- A key's latest turn in a fair queue (read by an insert there), keyless jobs taking theirs as
+-- one more key. Partial: the jobs of other queues (turn 0) never enter it.
+CREATE INDEX jobs_pending_turns ON jobs (queue, limit_key, turn)
+    WHERE status = 'pending' AND turn > 0;
 -- Running jobs per key (key_concurrency); running jobs are few.
 CREATE INDEX jobs_running_keys ON jobs (queue, limit_key, name)
     WHERE status = 'running' AND limit_key IS NOT NULL;
