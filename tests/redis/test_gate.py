@@ -132,3 +132,19 @@ def test_a_queue_made_fair_with_jobs_in_it_claims_them_all(backend: RedisBackend
     got = claim(backend, 10)
     assert len(got) == 7
     assert [backend.jobs_get(c.id).key for c in got][:4] == ["A", "B", "A", "B"]  # type: ignore[union-attr]
+
+
+def test_a_fair_queue_behind_a_staged_batch_still_claims_full_batches(
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given a batch written in several calls (its jobs take their turns as claims find them)
+    from jobyard.backends.redis import _insert
+
+    monkeypatch.setattr(_insert, "SLICE_JOBS", 20)
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    insert(backend, *[new(key=f"t{i % 3}") for i in range(150)])
+    # when a worker asks for 100, then it gets 100 (a short claim would make it wait a poll)
+    got = claim(backend, 100)
+    assert len(got) == 100
+    assert [backend.jobs_get(c.id).key for c in got[:3]] == ["t0", "t1", "t2"]  # type: ignore[union-attr]
+    assert len(claim(backend, 100)) == 50

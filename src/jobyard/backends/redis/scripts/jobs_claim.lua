@@ -45,14 +45,15 @@ end
 -- behind more held-back ones than this waits for a later claim.
 local SCAN_MAX = 512
 -- Jobs of a fair queue's level that became due (see "Fair turns" in _lib.lua) given their
--- turn per claim, at most.
+-- turn per claim, at most, beyond the claim's own limit (so that a claim behind a staged batch
+-- still comes back full: a worker whose claim is short waits for a push or a poll).
 local LATE_TURNS = 64
 
 -- A fair queue's due entries of one priority band (its level keys: the level and its
 -- segments), in turn order, up to `want`.
 local function fair_due(k, band, prio, want)
   local turns, waiting = turns_key(k, int(prio)), unturned_key(k, int(prio))
-  local late = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, LATE_TURNS)
+  local late = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, want + LATE_TURNS)
   local low
   for _, m in ipairs(late) do
     redis.call('ZREM', waiting, m)
@@ -259,7 +260,7 @@ for i = 1, chosen do
       key_slots(k, f.name, f.key, 1)
     end
     if f.turn then -- a fair queue's turn is used: the key's latest, if it was, is forgotten
-      redis.call('ZREM', turns_key(k, int(c.prio)), c.member)
+      batch_add(claims, 'ZREM', turns_key(k, int(c.prio)), c.member)
       local latest = k.base .. 'turn'
       if redis.call('HGET', latest, f.key or '') == f.turn then
         redis.call('HDEL', latest, f.key or '')
