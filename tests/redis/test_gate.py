@@ -148,3 +148,15 @@ def test_a_fair_queue_behind_a_staged_batch_still_claims_full_batches(
     assert len(got) == 100
     assert [backend.jobs_get(c.id).key for c in got[:3]] == ["t0", "t1", "t2"]  # type: ignore[union-attr]
     assert len(claim(backend, 100)) == 50
+
+
+def test_a_cancelled_fair_job_leaves_no_turn_behind(backend: RedisBackend, raw: Any) -> None:
+    from jobyard.backends.base import JobsCancelParams
+
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    a, b = insert(backend, new(key="A"), new(key="B"))
+    backend.jobs_cancel(JobsCancelParams(b))
+    (got,) = claim(backend)
+    assert got.id == a
+    tag = backend.keys.tag("q")
+    assert raw.exists(f"{tag}:turn", f"{tag}:turns:0", f"{tag}:unturned:0") == 0

@@ -240,6 +240,13 @@ local function from_ready(k, n, prio)
     end
   end
   redis.call('ZREM', k.pending, n)
+  local t = redis.call('HMGET', k.base .. 'job:' .. n, 'turn', 'key')
+  if t[1] then -- a fair queue's job: the key's latest turn, if it was, is forgotten
+    local latest = k.base .. 'turn'
+    if redis.call('HGET', latest, t[2] or '') == t[1] then
+      redis.call('HDEL', latest, t[2] or '')
+    end
+  end
 end
 
 -- An idempotency key is held only while its job is pending or running (seed 001). `key`: the
