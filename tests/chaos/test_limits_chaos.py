@@ -1,4 +1,4 @@
-"""A limited queue under kills, on every shared store: with 4 worker processes, one SIGKILLed
+"""Limited queues under kills, on every shared store: with 4 worker processes, one SIGKILLed
 at random every ~0.9 s and replaced (8 times), every job completes, and the limits hold.
 
 The bound tested for the rate (50/s, a burst of 5: ``base.Rate``): the store's claims of the
@@ -30,8 +30,9 @@ from tests.conftest import ROOT, make_store_url
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(240)]
 
-JOBS = int(os.environ.get("JOBYARD_LIMITS_CHAOS_JOBS", "250"))
-KEYS = 8
+JOBS = int(os.environ.get("JOBYARD_LIMITS_CHAOS_JOBS", "200"))  # of the rate-limited queue
+KEYED_JOBS = 80
+KEYS = 4
 BURST = 5
 PER_SECOND = 50
 MAX_KILLS = 8  # each stalls the keys its worker held for a lease and a reap: enough is enough
@@ -61,21 +62,25 @@ def test_a_limited_queue_holds_its_limits_under_kills(url: str, tmp_path: Path) 
     if url.startswith("postgresql"):
         app.migrate()
     app.configure_queue(limits_app.QUEUE, rate_limit=limits_app.RATE)
-    fn = app.by_name("paced", queue=limits_app.QUEUE)
-    handles = [fn.options(key=f"k{n % KEYS}").enqueue(n) for n in range(JOBS)]
+    paced = app.by_name("paced", queue=limits_app.QUEUE)
+    keyed = app.by_name("one_at_a_time", queue=limits_app.KEYED)
+    handles = paced.enqueue_many([((n,), {}) for n in range(JOBS)])
+    handles += [keyed.options(key=f"k{n % KEYS}").enqueue(n) for n in range(KEYED_JOBS)]
+    total = JOBS + KEYED_JOBS
+    queues = [limits_app.QUEUE, limits_app.KEYED]
     workers = [spawn(url, sink, logs) for _ in range(4)]
     kills = 0
     deadline = time.monotonic() + 150
     try:
         while True:
-            stats = {s.queue: s for s in app.stats([limits_app.QUEUE])}[limits_app.QUEUE]
-            if stats.counts["completed"] == JOBS:
+            done = sum(s.counts["completed"] for s in app.stats(queues))
+            if done == total:
                 break
             if time.monotonic() > deadline:
                 tail = "".join(p.read_text()[-1500:] for p in sorted(logs.iterdir())[-2:])
-                pytest.fail(f"not all completed: {stats.counts}\n{tail}")
+                pytest.fail(f"{done} of {total} completed\n{tail}")
             time.sleep(random.uniform(0.5, 1.2))
-            if kills < MAX_KILLS and stats.counts["completed"] < JOBS * 0.8:
+            if kills < MAX_KILLS and done < total * 0.8:
                 victim = workers.pop(random.randrange(len(workers)))
                 victim.send_signal(signal.SIGKILL)
                 victim.wait(10)
@@ -87,23 +92,23 @@ def test_a_limited_queue_holds_its_limits_under_kills(url: str, tmp_path: Path) 
             w.wait(10)
         app.close()
     took = time.monotonic() - (deadline - 150)
-    print(f"limits chaos: {JOBS} jobs, {kills} kills, {took:.1f} s")
+    print(f"limits chaos: {total} jobs, {kills} kills, {took:.1f} s")
     assert kills >= 4
     assert {app.get(h.id).status for h in handles} == {jobyard.Status.COMPLETED}
 
-    starts: dict[str, tuple[str, float, float]] = {}  # tag -> (key, claimed at, began)
+    starts: dict[str, tuple[str, str, float, float]] = {}  # tag -> (queue, key, claimed, began)
     ends: dict[str, float] = {}
     for path in sink.iterdir():
         kind, _, tag = path.name.partition(".")
         lines = path.read_text().splitlines()
         if kind == "start":
-            starts[tag] = (lines[0], float(lines[1]), float(lines[2]))
+            starts[tag] = (lines[0], lines[1], float(lines[2]), float(lines[3]))
         elif kind == "end":
             ends[tag] = float(lines[0])
-    assert len({tag.split(".")[0] for tag in ends}) == JOBS  # every job ran to its end
+    assert len({tag.split(".")[0] for tag in ends}) == total  # every job ran to its end
 
-    # The rate: claims (store instants) in any window of 1 s.
-    claimed = sorted(at for _, at, _ in starts.values())
+    # The rate: claims (store instants) of the limited queue in any window of 1 s.
+    claimed = sorted(at for q, _, at, _ in starts.values() if q == limits_app.QUEUE)
     worst, j = 0, 0
     for i, t in enumerate(claimed):
         while claimed[j] <= t - 1.0 + 1e-6:
@@ -115,9 +120,10 @@ def test_a_limited_queue_holds_its_limits_under_kills(url: str, tmp_path: Path) 
 
     # key_concurrency=1: the finished executions of one key never overlap.
     by_key: dict[str, list[tuple[float, float]]] = {}
-    for tag, (key, _, began) in starts.items():
-        if tag in ends:
+    for tag, (queue, key, _, began) in starts.items():
+        if tag in ends and queue == limits_app.KEYED:
             by_key.setdefault(key, []).append((began, ends[tag]))
+    assert len(by_key) == KEYS
     for key, spans in by_key.items():
         spans.sort()
         for (_, end), (begin, _) in itertools.pairwise(spans):

@@ -257,6 +257,14 @@ def test_a_late_tenant_is_not_queued_behind_a_backlog(backend: Backend) -> None:
     assert keys_of(backend, claim(backend, 10)).count("B") == 5
 
 
+def test_a_late_tenant_joins_the_round_being_served_not_ahead_of_it(backend: Backend) -> None:
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    insert(backend, *[new(key="A") for _ in range(200)])
+    assert len(claim(backend, 50)) == 50
+    insert(backend, *[new(key="C") for _ in range(40)])  # a big late batch: turns from now on
+    assert keys_of(backend, claim(backend, 10)).count("A") == 5
+
+
 # --- the state a limit keeps is bounded ---------------------------------------------------------
 
 
