@@ -12,7 +12,7 @@
 --     the GCRA buckets (a string each: tat, the theoretical arrival time) of the queue's rate, a
 --     job name's rate, the queue's key rate of a key and a job name's key rate of a key; each
 --     set with a TTL of its remaining time plus a minute, so an idle key's bucket goes away
---   "<base>keyrun"     hash: running jobs per key (see key_slots in _lib.lua)
+--   "<base>keyrun"     hash: running jobs per key and scope (see key_slots in _lib.lua)
 
 local GATE_TTL_SLACK_MS = 60000
 

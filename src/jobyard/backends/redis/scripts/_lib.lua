@@ -196,22 +196,31 @@ end
 
 -- Key slots (key_concurrency): the running jobs of each key, counted in the hash
 -- "<base>keyrun", field "q\n<key>" for the queue's scope and "j\n<name>\n<key>" for a job
--- name's (job names hold no newline). Every keyed job counts from its claim until it leaves
--- running (jobs_ack, leases_reap, a corrupt record failed), whatever limits are set, so limits
--- configured later find the counts right; a count that reaches 0 is deleted.
-local function key_slots(k, name, key, by)
+-- name's (job names hold no newline). A keyed job claimed while its scope has a
+-- key_concurrency counts from its claim until it leaves running (jobs_ack, leases_reap, a
+-- corrupt record failed); the scopes it counts in are kept in its hash ("slots": "q", "j" or
+-- "qj"), so leaving takes off exactly what the claim added. A count that reaches 0 is deleted.
+-- (A key_concurrency newly declared does not count the jobs of its key already running.)
+local function key_slots(k, name, key, by, mark)
   local run = k.base .. 'keyrun'
-  for _, f in ipairs({'q\n' .. key, 'j\n' .. (name or '') .. '\n' .. key}) do
+  local fields = {}
+  if string.find(mark, 'q', 1, true) then
+    fields[#fields + 1] = 'q\n' .. key
+  end
+  if string.find(mark, 'j', 1, true) then
+    fields[#fields + 1] = 'j\n' .. (name or '') .. '\n' .. key
+  end
+  for _, f in ipairs(fields) do
     if redis.call('HINCRBY', run, f, by) <= 0 then
       redis.call('HDEL', run, f)
     end
   end
 end
 
--- Job n of queue k leaves running: its key slot is free again.
-local function leave_running(k, jk, name, key)
-  if key then
-    key_slots(k, name, key, -1)
+-- A job leaves running: the key slots its claim took (its "slots" mark) are free again.
+local function leave_running(k, jk, name, key, mark)
+  if key and mark and mark ~= '' then
+    key_slots(k, name, key, -1, mark)
   end
 end
 
@@ -491,8 +500,8 @@ end
 -- Fail a corrupt job where it stands (pending or running), with the reason as its error.
 local function fail_corrupt(k, jk, n, now, reason, ttl)
   if redis.call('ZREM', k.claims, n) == 1 then
-    local f = redis.call('HMGET', jk, 'name', 'key')
-    leave_running(k, jk, f[1], f[2])
+    local f = redis.call('HMGET', jk, 'name', 'key', 'slots')
+    leave_running(k, jk, f[1], f[2], f[3])
   end
   redis.call('ZREM', k.pending, n)
   redis.call('HDEL', jk, 'token', 'lease_expires_at')

@@ -252,13 +252,24 @@ for i = 1, chosen do
     local lease = tonumber(f.lease)
     local token = prefix .. '.' .. n
     local expires = now + lease
-    redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
-      'worker_id', worker, 'token', token, 'lease_expires_at', expires)
+    -- the key slots it takes: its queue's and its name's scopes that have a key_concurrency
+    local mark = ''
+    if f.key then
+      local gate, own = gates[c.g], job_limits(gates[c.g], f.name)
+      mark = (gate.q.kc and 'q' or '') .. (own and own.kc and 'j' or '')
+      if mark ~= '' then
+        key_slots(k, f.name, f.key, 1, mark)
+      end
+    end
+    if f.key then
+      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+        'worker_id', worker, 'token', token, 'lease_expires_at', expires, 'slots', mark)
+    else
+      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+        'worker_id', worker, 'token', token, 'lease_expires_at', expires)
+    end
     batch_add(claims, 'ZADD', k.claims, expires, n)
     gate_take(c.scopes)
-    if f.key then
-      key_slots(k, f.name, f.key, 1)
-    end
     if f.turn then -- a fair queue's turn is used: the key's latest, if it was, is forgotten
       batch_add(claims, 'ZREM', turns_key(k, int(c.prio)), c.member)
       local latest = k.base .. 'turn'

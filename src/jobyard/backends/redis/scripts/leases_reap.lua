@@ -38,9 +38,9 @@ for g = 1, ng do
     for _, n in ipairs(lapsed) do
       local jk = job_key(k, n)
       local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority',
-        'cancel_requested_at', 'name', 'key')
+        'cancel_requested_at', 'name', 'key', 'slots')
       if redis.call('ZREM', k.claims, n) == 1 then
-        leave_running(k, jk, f[7], f[8]) -- a lapsed lease frees its key slot here
+        leave_running(k, jk, f[7], f[8], f[9]) -- a lapsed lease frees its key slots here
       end
       local bad = fault(jk)
       if f[1] == 'running' then
