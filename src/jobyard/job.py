@@ -25,7 +25,9 @@ from .backends.base import (
     JobLimits,
     JobRecord,
     NewJob,
+    OnConflict,
     check_delay,
+    check_on_conflict,
     check_priority,
     check_run_at,
 )
@@ -165,12 +167,17 @@ class JobReader(Protocol):
 class JobHandle:
     """What enqueue returns: the job's id, and a way to wait for its outcome."""
 
-    __slots__ = ("_jobs", "created", "id")
+    __slots__ = ("_jobs", "created", "id", "replaced")
 
-    def __init__(self, jobs: JobReader, job_id: str, created: bool = True) -> None:
+    def __init__(
+        self, jobs: JobReader, job_id: str, created: bool = True, replaced: bool = False
+    ) -> None:
         self._jobs = jobs
         self.id = job_id
         self.created = created  # False: an idempotency key returned an existing job
+        # True: that existing job was pending and took this call's arguments (on_conflict=
+        # "replace"); False with created False: it was returned unchanged (running, or "keep")
+        self.replaced = replaced
 
     def get(self) -> Job:
         """The job as stored now."""
@@ -228,6 +235,7 @@ class JobOptions:
     delay: float = 0.0
     run_at: float | None = None
     idempotency_key: str | None = None
+    on_conflict: OnConflict = "keep"
     parent_id: str | None = None
     connection: Any = None
 
@@ -257,6 +265,8 @@ class JobOptions:
                 f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters "
                 "without NUL or lone surrogates"
             )
+        if self.on_conflict != "keep":
+            check_on_conflict(self.on_conflict)  # the key it needs is checked at enqueue
 
     @property
     def keyed(self) -> bool:
@@ -296,6 +306,7 @@ class JobOptions:
             delivery=self.delivery,
             idempotency_key=self.idempotency_key,
             parent_id=self.parent_id,
+            on_conflict=self.on_conflict,
             key=None if self.key is None else self.limit_key(args, kwargs),
         )
 
@@ -401,13 +412,20 @@ class JobFunction(Generic[P, R]):
         lease: float | None = None,
         delivery: Delivery | None = None,
         idempotency_key: str | None = None,
+        on_conflict: OnConflict | None = None,
         parent_id: str | None = None,
         connection: Any = None,
         key: str | None = None,
     ) -> JobFunction[P, R]:
         """A copy with per-enqueue options. ``connection`` (PostgreSQL) enqueues inside the
         caller's transaction: the job exists if and only if that transaction commits. ``key``
-        is the limit key (key_concurrency, key_rate_limit and fair turns count by it)."""
+        is the limit key (key_concurrency, key_rate_limit and fair turns count by it).
+
+        ``on_conflict`` (with ``idempotency_key``): ``"keep"`` (the default) returns the
+        pending or running job holding the key unchanged; ``"replace"`` gives a *pending*
+        holder this call's arguments, and its run_at when this call sets ``delay`` or
+        ``run_at`` (a debounce: a burst of calls leaves one job, with the last arguments). A
+        running holder is returned unchanged either way (``handle.replaced`` is False)."""
         changes: dict[str, Any] = {
             k: v
             for k, v in {
@@ -420,6 +438,7 @@ class JobFunction(Generic[P, R]):
                 "lease": lease,
                 "delivery": delivery,
                 "idempotency_key": idempotency_key,
+                "on_conflict": on_conflict,
                 "parent_id": parent_id,
                 "connection": connection,
                 "key": key,
@@ -463,7 +482,7 @@ class JobFunction(Generic[P, R]):
         return self._handles(await self._enqueue.insert_async([new], self.opts.connection))[0]
 
     def _handles(self, inserted: list[Inserted]) -> list[JobHandle]:
-        return [JobHandle(self._jobs, i.id, i.created) for i in inserted]
+        return [JobHandle(self._jobs, i.id, i.created, i.replaced) for i in inserted]
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"

@@ -130,6 +130,10 @@ class _Batch:
             raise ConfigurationError(
                 f"{fn.name}: a step of a chain or group cannot set idempotency_key or parent_id"
             )
+        if opts.on_conflict != "keep":
+            raise ConfigurationError(
+                f"{fn.name}: a step of a chain or group cannot set on_conflict"
+            )
         if opts.connection is not None:
             raise ConfigurationError(f"{fn.name}: a workflow cannot join a caller's transaction")
         after = _leaves(takes)

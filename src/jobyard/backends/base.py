@@ -29,6 +29,11 @@ Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
 StoreKind = Literal["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 OutcomeKind = Literal["completed", "retry", "failed", "release", "cancelled"]
+# What an insert does with a job whose idempotency key a pending job already holds: return that
+# job as it is ("keep", seed 001), or give it this job's arguments (and run_at, when this job
+# sets one) and return it ("replace": a debounce). See :class:`NewJob`.
+OnConflict = Literal["keep", "replace"]
+ON_CONFLICTS: tuple[str, ...] = ("keep", "replace")
 
 # ``waiting``: a workflow step whose inputs (``NewJob.after``) have not all completed yet; the
 # store moves it to ``pending`` when the last of them completes (see ``jobs_ack``).
@@ -327,6 +332,19 @@ def bounded_delay(value: float) -> float:
     return min(delay, MAX_DELAY) if delay > 0 else 0.0
 
 
+def check_on_conflict(value: object, idempotency_key: object = "") -> OnConflict:
+    """``"keep"`` or ``"replace"`` (the latter only with an idempotency key), else
+    ``ConfigurationError``."""
+    if value not in ON_CONFLICTS:
+        raise ConfigurationError(f"on_conflict must be 'keep' or 'replace', got {value!r}")
+    if value == "replace" and idempotency_key is None:
+        raise ConfigurationError(
+            "on_conflict='replace' needs an idempotency_key: it replaces the pending job "
+            "holding that key"
+        )
+    return value  # type: ignore[return-value]
+
+
 def check_run_at(value: object) -> float | None:
     """``None`` or an instant from 1970 to the end of year 9998, else ``ConfigurationError``."""
     if value is None:
@@ -366,8 +384,19 @@ class NewJob:
     # The limit key (``.options(key="customer:42")``): what key_concurrency, key_rate and fair
     # turns count by, within the queue. Checked by JobOptions (1 to MAX_LIMIT_KEY characters).
     key: str | None = None
+    # A key held by a pending job: "keep" returns that job unchanged; "replace" gives it this
+    # job's payload, and this job's run_at (``run_at``, else now + ``delay``) when this job sets
+    # either (a delay of 0 and no run_at leave the holder's run_at as it was); nothing else of
+    # the holder changes (name, priority, attempts, options). A key held by a *running* job
+    # returns that job unchanged either way: a started job's arguments are never rewritten, and
+    # its key stays held until it finishes. ``Inserted.replaced`` tells which happened.
+    on_conflict: OnConflict = "keep"
 
     def __post_init__(self) -> None:
+        if self.on_conflict != "keep":
+            check_on_conflict(self.on_conflict, self.idempotency_key)
+            if self.after or self.workflow_id is not None:
+                raise ConfigurationError("a workflow step cannot set on_conflict")
         defaults = self.priority == 0 and self.delay == 0.0 and self.run_at is None
         if defaults and type(self.priority) is int and type(self.delay) in (int, float):
             return  # nothing to check (most jobs, and every bulk enqueue)
@@ -382,6 +411,8 @@ class NewJob:
         for name in _WORKFLOW_FIELDS:  # a schedule's job is never a workflow step: text as before
             if not data[name]:
                 del data[name]
+        if data["on_conflict"] == "keep":  # the default: stored text as before it existed
+            del data["on_conflict"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -410,6 +441,11 @@ class JobsInsertParams:
     checked at insert only: a waiting step released to ``pending`` by its last input's
     completion was counted when it was accepted, and is never refused.
 
+    ``NewJob.on_conflict = "replace"`` (a debounce): a key held by a pending job gives it the
+    new job's payload (and run_at, when the new job sets one) in the same atomic move as the
+    key's check, answered ``Inserted(id, False, replaced=True)``; a running holder is answered
+    unchanged (``replaced=False``). See docs/backend-contract.md.
+
     All or nothing for readers as well: no claim, listing, count or read by id sees a job of
     the batch before all of it is stored. A store that cannot store a large batch in one short
     move (Redis, where a long script stops every other client) writes it in several, hidden
@@ -424,10 +460,12 @@ class JobsInsertParams:
 
 @dataclass(frozen=True, slots=True)
 class Inserted:
-    """The outcome of one :class:`NewJob`: a new id, or the id of the job holding its key."""
+    """The outcome of one :class:`NewJob`: a new id, or the id of the job holding its key
+    (``replaced``: that pending job was given this one's arguments, ``on_conflict="replace"``)."""
 
     id: str
     created: bool
+    replaced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1073,8 +1111,9 @@ class EntryVerdict:
     """What a consumer of a foreign list or stream does with one entry, decided above the
     boundary (``jobyard.worker.executor.EntryRunner``: the handler run, its return or exception
     classified, the events emitted): ``ack`` it, ``retry`` it (``delay``: seconds, from
-    ``Retry(delay=)``, else None), or ``drop`` it to its dead list (``reason``). ``result``: an
-    acknowledged handler's return value."""
+    ``Retry(delay=)``, else None), or ``drop`` it to its dead list. ``reason``: why it was
+    dropped or retried (kept as a dead entry's reason when a retry passes ``max_deliveries``).
+    ``result``: an acknowledged handler's return value."""
 
     action: Literal["ack", "retry", "drop"]
     delay: float | None = None

@@ -141,14 +141,23 @@ class MemoryBackend:
             fresh: list[_Row] = []
             at: list[_Row] = []  # the row of each batch position (workflow steps point here)
             batch_keys: dict[tuple[str, str], str] = {}
+            # on_conflict="replace": the holder's new payload and run_at, applied once the
+            # batch is sure to go in (all or nothing)
+            replacing: dict[str, tuple[_Row, str, float | None]] = {}
             for job in params.jobs:
                 key = job.idempotency_key
                 held = self._holder(job.queue, key)
                 if held is None and key is not None:
                     held = batch_keys.get((job.queue, key))
                 if held is not None:
-                    out.append(Inserted(held, False))
-                    at.append(self._rows.get(held) or next(r for r in fresh if r.rec.id == held))
+                    row = self._rows.get(held) or next(r for r in fresh if r.rec.id == held)
+                    at.append(row)
+                    replaced = job.on_conflict == "replace" and row.rec.status == "pending"
+                    if replaced:
+                        moved = job.run_at is not None or job.delay != 0
+                        run_at = _run_at(job, now) if moved else None
+                        replacing[held] = (row, job.payload, run_at)
+                    out.append(Inserted(held, False, replaced))
                     continue
                 row = self._new_row(job, now)
                 if job.after:
@@ -174,7 +183,11 @@ class MemoryBackend:
                     raise QueueFull(queue_name, cfg.max_pending)
             for row in fresh:
                 self._rows[row.rec.id] = row
-            if fresh:
+            for row, payload, run_at in replacing.values():
+                row.rec = replace(row.rec, payload=payload)
+                if run_at is not None:
+                    row.rec = replace(row.rec, run_at=run_at)
+            if fresh or replacing:
                 self._inserts += 1
                 self._lock.notify_all()
             return out
@@ -192,7 +205,7 @@ class MemoryBackend:
             max_attempts=job.max_attempts
             or (queue.max_attempts if queue and queue.max_attempts else None)
             or DEFAULT_MAX_ATTEMPTS,
-            run_at=job.run_at if job.run_at is not None else now + job.delay,
+            run_at=_run_at(job, now),
             created_at=now,
             started_at=None,
             finished_at=None,
@@ -832,6 +845,10 @@ class MemoryBackend:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _run_at(job: NewJob, now: float) -> float:
+    return job.run_at if job.run_at is not None else now + job.delay
 
 
 def _scopes(

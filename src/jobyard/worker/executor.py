@@ -774,12 +774,12 @@ class EntryRunner:
             verdict = EntryVerdict("drop", reason=d.reason)
             word, error = "failed", f"dropped: {d.reason}"
         except Retry as r:
-            verdict = EntryVerdict("retry", delay=r.delay)
+            verdict = EntryVerdict("retry", delay=r.delay, reason=f"Retry({r.delay!r})")
             word, error = "retry", f"retry requested: {r.reason}"
         except Exception as exc:
             on = f" on entry {entry_id}" if entry_id else ""
             log.exception("%s %s: handler failed%s; delivered again", source, key, on)
-            verdict = EntryVerdict("retry")
+            verdict = EntryVerdict("retry", reason=f"{type(exc).__name__}: {exc}")
             word, error = "retry", "".join(traceback.format_exception(exc))
         else:
             verdict = EntryVerdict("ack", result=result)

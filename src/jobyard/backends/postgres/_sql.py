@@ -19,6 +19,7 @@ class Queries:
     jobs_insert_lock: str
     jobs_insert: str
     jobs_insert_workflow: str
+    jobs_replace: str
     jobs_get: str
     jobs_list: str
     jobs_list_status: str

@@ -378,7 +378,12 @@ class PostgresBackend:
         if conn is not None:
             steps = self._insert_steps(params.jobs)
             rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
-            return self._inserted(rows)
+            inserted = self._inserted(rows)
+            replace = self._replace_step(params.jobs, inserted)
+            if replace is None:
+                return inserted
+            done = _caller.run_sync(conn, [replace], self._caller_search_path(conn))
+            return self._replaced(inserted, params.jobs, done)
         key = ("insert", *sorted({j.queue for j in params.jobs}))
         try:
             if key not in self._limited:
@@ -396,7 +401,49 @@ class PostgresBackend:
             if full is not None:
                 raise full from None
             raise
-        return self._inserted(rows)
+        inserted = self._inserted(rows)
+        replace = self._replace_step(params.jobs, inserted)
+        if replace is None:
+            return inserted
+        query, args = replace
+        done = self._run(lambda c: self._fetch(c, query, dict(args or {})))
+        return self._replaced(inserted, params.jobs, done)
+
+    def _replace_step(
+        self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]
+    ) -> _caller.Step | None:
+        """jobs_replace for the jobs with ``on_conflict="replace"`` that found their key held
+        (None if there are none): the last such job of each holder gives it its payload."""
+        last: dict[str, NewJob] = {}
+        for job, got in zip(jobs, inserted, strict=True):
+            if job.on_conflict == "replace" and not got.created:
+                last.pop(got.id, None)
+                last[got.id] = job
+        if not last:
+            return None
+        return (
+            Q.jobs_replace,
+            {
+                "now": self.clock.now(),
+                "ids": [int(i) for i in last],
+                "payloads": [j.payload for j in last.values()],
+                "moved": [j.run_at is not None or j.delay != 0 for j in last.values()],
+                "run_ats": [None if j.run_at is None else float(j.run_at) for j in last.values()],
+                "delays": [float(j.delay) for j in last.values()],
+            },
+        )
+
+    @staticmethod
+    def _replaced(
+        inserted: list[Inserted], jobs: Sequence[NewJob], rows: Sequence[Row]
+    ) -> list[Inserted]:
+        done = {str(r[0]) for r in rows}
+        return [
+            Inserted(i.id, False, True)
+            if not i.created and j.on_conflict == "replace" and i.id in done
+            else i
+            for i, j in zip(inserted, jobs, strict=True)
+        ]
 
     async def jobs_insert_async(self, params: JobsInsertParams) -> list[Inserted]:
         """:meth:`jobs_insert` on the caller's psycopg ``AsyncConnection`` (the same
@@ -409,7 +456,12 @@ class PostgresBackend:
             return []
         steps = self._insert_steps(params.jobs)
         rows = await _caller.run_async(conn, steps, self._caller_search_path(conn))
-        return self._inserted(rows)
+        inserted = self._inserted(rows)
+        replace = self._replace_step(params.jobs, inserted)
+        if replace is None:
+            return inserted
+        done = await _caller.run_async(conn, [replace], self._caller_search_path(conn))
+        return self._replaced(inserted, params.jobs, done)
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that cannot be one)."""

@@ -364,20 +364,21 @@ class Scripts:
     """The Lua scripts, read once from ``scripts/*.lua`` and run with EVALSHA.
 
     redis-py's Script loads a script again after NOSCRIPT (a restarted or failed-over server
-    starts with an empty script cache). Job scripts get ``_lib.lua`` and ``_flows.lua``
-    prepended.
+    starts with an empty script cache). Job scripts get ``_lib.lua``, ``_flows.lua`` and
+    ``_gate.lua`` prepended, the list scripts ``_lists.lua``.
     """
 
     def __init__(self, client: Any) -> None:
         folder = resources.files(__package__).joinpath("scripts")
         lib = "\n".join(
-            folder.joinpath(name).read_text(encoding="utf-8") for name in ("_lib.lua", "_flows.lua")
+            folder.joinpath(name).read_text(encoding="utf-8")
+            for name in ("_lib.lua", "_flows.lua", "_gate.lua")
         )
+        lists = folder.joinpath("_lists.lua").read_text(encoding="utf-8")
         self._scripts: dict[str, Script] = {}
         for name in SCRIPT_NAMES:
             text = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-            if not name.startswith("list_"):
-                text = lib + "\n" + text
+            text = (lists if name.startswith("list_") else lib) + "\n" + text
             self._scripts[name] = client.register_script(text)
 
     def __getitem__(self, name: str) -> Script:

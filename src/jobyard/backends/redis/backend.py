@@ -168,7 +168,30 @@ def _record(queue: str, number: str, h: dict[str, str]) -> JobRecord:
         workflow_id=h.get("workflow_id"),
         depends_on=_ids(h.get("depends_on")),
         dependents=_ids(h.get("dependents")),
+        key=h.get("key"),
     )
+
+
+def _merge_ranked(
+    candidates: list[tuple[int, int, float, int, str]], limit: int
+) -> list[tuple[int, int, float, int, str]]:
+    """The best ``limit`` of several queues' probed candidates, (negated priority, rank in its
+    queue, run_at, number, queue) each: merged by the heads of each queue's list, in the
+    order its own claim gave them (a fair queue's turns are not run_at order), priority first,
+    then run_at, then number."""
+    lists: dict[str, list[tuple[int, int, float, int, str]]] = {}
+    for c in sorted(candidates, key=lambda c: (c[4], c[1])):
+        lists.setdefault(c[4], []).append(c)
+    heads = {q: 0 for q in lists}
+    out: list[tuple[int, int, float, int, str]] = []
+    while len(out) < limit:
+        live = [(lst[heads[q]], q) for q, lst in lists.items() if heads[q] < len(lst)]
+        if not live:
+            break
+        best, q = min(live, key=lambda hq: (hq[0][0], hq[0][2], hq[0][3]))
+        out.append(best)
+        heads[q] += 1
+    return out
 
 
 def _ids(value: str | None) -> tuple[str, ...]:
@@ -465,11 +488,8 @@ class RedisBackend:
     # worker side ------------------------------------------------------------------------------
 
     def jobs_claim(self, params: JobsClaimParams) -> Claimed:
-        """Claim due jobs (see :meth:`_jobs_claim`)."""
-        return Claimed(self._jobs_claim(params))  # limits: not yet held by this store
-
-    def _jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in priority, run_at, enqueue order (one script on one node).
+        """Claim due jobs in priority, (fair queues: turn,) run_at, enqueue order, through the
+        gate of ``_gate.lua`` (one script on one node).
 
         On Cluster with several queues each queue is a script of its own, so the claim first
         peeks at every queue's best candidates, then takes from each its share of the best
@@ -485,22 +505,30 @@ class RedisBackend:
         if params.wait > 0:
             self._block(self._wake_keys(queues, params.worker_id), params.wait)
         if not queues or params.limit <= 0:
-            return []
+            return Claimed()
         if not self.cluster or len(queues) == 1:
             return self._claim(queues, params.worker_id, params.limit)
-        candidates: list[tuple[int, float, int, str]] = []
+        # The probe: each queue's best candidates, through the same gate (peek claims nothing).
+        candidates: list[tuple[int, int, float, int, str]] = []
+        opens: list[float] = []
         for q in queues:
             reply = self._claim_call([q], params.worker_id, params.limit, peek=True)
-            for i in range(0, len(reply), 4):
-                candidates.append((-int(reply[i + 1]), float(reply[i + 2]), int(reply[i + 3]), q))
-        candidates.sort()
-        best = candidates[: params.limit]
+            if reply[0]:
+                opens.append(float(reply[0]))
+            for order, i in enumerate(range(1, len(reply), 4)):
+                prio, run_at, n = -int(reply[i + 1]), float(reply[i + 2]), int(reply[i + 3])
+                candidates.append((prio, order, run_at, n, q))
+        # Merged by priority, then run_at, each queue's own order kept (a fair queue's turns).
+        best = _merge_ranked(candidates, params.limit)
         share = Counter(q for *_, q in best)
-        rank = {(q, n): i for i, (_, _, n, q) in enumerate(best)}
-        claimed: list[ClaimedJob] = []
+        rank = {(q, n): i for i, (_, _, _, n, q) in enumerate(best)}
+        claimed = Claimed(next_open=min(opens) if opens else None)
         for q in queues:
             if share[q]:
-                claimed += self._claim([q], params.worker_id, share[q])
+                got = self._claim([q], params.worker_id, share[q])
+                claimed += got
+                if got.next_open is not None:
+                    claimed.next_open = min(got.next_open, claimed.next_open or got.next_open)
         claimed.sort(key=lambda c: rank.get((c.queue, int(c.id.rsplit(":", 1)[1])), len(rank)))
         return claimed
 
@@ -520,9 +548,7 @@ class RedisBackend:
         run = self.core.run if peek else self.core.run_once
         return run("jobs_claim", self.core.group_keys(queues), args)
 
-    def _claim_woken(
-        self, queues: list[str], worker: str, limit: int, wait: float
-    ) -> list[ClaimedJob]:
+    def _claim_woken(self, queues: list[str], worker: str, limit: int, wait: float) -> Claimed:
         """The blocking read of the wake lists and the claim, sent together in one pipeline:
         Redis runs the claim the moment the read returns (a token pushed, or the timeout), so
         the job reaches the worker in the read's own round trip. Single node only (on Cluster
@@ -548,12 +574,13 @@ class RedisBackend:
                 raise item
         return self._claimed(queues, reply)
 
-    def _claim(self, queues: list[str], worker: str, limit: int) -> list[ClaimedJob]:
+    def _claim(self, queues: list[str], worker: str, limit: int) -> Claimed:
         return self._claimed(queues, self._claim_call(queues, worker, limit, peek=False))
 
-    def _claimed(self, queues: list[str], r: Any) -> list[ClaimedJob]:
-        out = []
-        for i in range(0, len(r), 13):
+    def _claimed(self, queues: list[str], r: Any) -> Claimed:
+        """The claim script's reply: next_open first, then 13 strings per claimed job."""
+        out = Claimed(next_open=float(r[0]) if r[0] else None)
+        for i in range(1, len(r), 13):
             queue = queues[int(r[i]) - 1]
             out.append(
                 ClaimedJob(
@@ -897,11 +924,12 @@ class RedisBackend:
         return _admin.workers_list(self.core)
 
     def limits_sync(self, params: LimitsSyncParams) -> None:
-        """Not yet held by this store: job names' limits are not stored."""
+        """Store job names' limits, each in its queue's ``joblimits`` hash (its hash slot)."""
+        _admin.limits_sync(self.core, params)
 
     def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
-        """Not yet held by this store: no limit is shown."""
-        return []
+        """Every limited scope of the queues asked (counts read from the jobs' hashes)."""
+        return _admin.limits_stats(self.core, params)
 
     def queues_names(self, params: QueuesNamesParams) -> list[str]:
         """Every queue ever written to or configured (one set read): a superset, which the

@@ -136,6 +136,11 @@ class Keys:
         """The hash of one job."""
         return f"{self.tag(queue)}:job:{number}"
 
+    def job_limits(self, queue: str) -> str:
+        """The hash of a queue's job limits (job name -> its limits, ``limits_sync``), read by
+        the claim's gate."""
+        return f"{self.tag(queue)}:joblimits"
+
     def owed(self, queue: str) -> str:
         """The hash of completed jobs of ``queue`` (number -> dependents) whose release of a
         dependent is owed."""
@@ -184,3 +189,13 @@ def claims_key(key: str) -> str:
 def dead_key(key: str) -> str:
     """Where dropped and undecodable entries go, so none is lost silently."""
     return key + ".dead"
+
+
+def deliveries_key(key: str) -> str:
+    """A list's delivery counts (entry -> deliveries without an ack), with ``max_deliveries``."""
+    return key + ".deliveries"
+
+
+def reasons_key(dead: str) -> str:
+    """Why each entry of a list's dead list is there (entry -> reason)."""
+    return dead + ".reasons"

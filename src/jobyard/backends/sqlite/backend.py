@@ -268,7 +268,10 @@ class SQLiteBackend:
             ).fetchone()
             if holder is None:  # pragma: no cover - would mean the index is missing
                 raise JobyardError(f"insert of a {job.name!r} job was refused for no reason")
-            out.append(Inserted(str(holder[0]), False))
+            replaced = job.on_conflict == "replace" and self._replace(conn, now, holder[0], job)
+            if replaced:
+                touched.add(job.queue)  # its run_at may have moved closer
+            out.append(Inserted(str(holder[0]), False, replaced))
         # Counted under the write lock after the batch, so concurrent producers cannot both
         # squeeze in under max_pending.
         for queue in sorted(counted):
@@ -276,6 +279,20 @@ class SQLiteBackend:
             if full is not None:
                 raise QueueFull(queue, full[0])
         return out, touched
+
+    def _replace(self, conn: sqlite3.Connection, now: float, job_id: int, job: NewJob) -> bool:
+        """Give the pending job ``job_id`` the payload of ``job`` (and its run_at, when it sets
+        one), inside the insert's write transaction; False if that job is running."""
+        moved = job.run_at is not None or job.delay != 0
+        args = {
+            "id": job_id,
+            "payload": job.payload,
+            "moved": moved,
+            "run_at": job.run_at,
+            "delay": job.delay,
+            "now": now,
+        }
+        return conn.execute(self._q["jobs_replace"], args).fetchone() is not None
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that is not a number)."""

@@ -105,6 +105,18 @@ SELECT :job_id, key, value FROM json_each(:inputs)
 SELECT id FROM jobs
 WHERE queue = :queue AND idempotency_key = :idempotency_key AND status IN ('pending', 'running')
 
+-- name: jobs_replace
+-- on_conflict='replace': the pending job holding a key takes the new job's payload, and its
+-- run_at when the new job sets one (:moved). A running holder is left as it is (no row).
+UPDATE jobs
+SET payload = :payload,
+    run_at = CASE WHEN :moved
+                  THEN coalesce(:run_at,
+                                coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay)
+                  ELSE run_at END
+WHERE id = :id AND status = 'pending'
+RETURNING id
+
 -- name: queues_over_max_pending
 -- The queue's max_pending if its waiting and pending jobs (counted inside the insert's write
 -- transaction, so after this batch) exceed it; no row otherwise, and no count at all without a

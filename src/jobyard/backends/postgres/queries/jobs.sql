@@ -131,6 +131,33 @@ SELECT NULL, NULL, NULL, false, 0
 WHERE NOT (SELECT ok FROM go)
 ORDER BY 1;
 
+-- name: jobs_replace
+-- on_conflict = 'replace', run right after jobs_insert (in the caller's transaction, when it has
+-- one) for the jobs it answered with a holder: each holder still pending takes the new payload,
+-- and the new run_at where the new job set one (moved). A holder that is running (or finished
+-- since) is left as it is. One row per job replaced. A claim moving a holder to jobs_running
+-- under this statement makes it fail with a serialization error; the backend runs it again, and
+-- its fresh snapshot finds the holder running. Each id comes once (the last replace of a key in
+-- the batch wins, chosen by the backend).
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+replaced AS (
+    UPDATE jobs_pending AS j
+    SET payload = r.payload,
+        run_at = CASE WHEN r.moved THEN coalesce(r.run_at, clock.now + r.delay) ELSE j.run_at END
+    FROM unnest(%(ids)b::int8[], %(payloads)b::text[], %(moved)b::bool[], %(run_ats)b::float8[],
+                %(delays)b::float8[]) AS r (id, payload, moved, run_at, delay)
+    CROSS JOIN clock
+    WHERE j.id = r.id
+    RETURNING j.id, j.queue, r.moved
+),
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+    FROM (SELECT DISTINCT queue FROM replaced WHERE moved) AS d
+)
+SELECT r.id, (SELECT count(*) FROM notified) FROM replaced AS r;
+
 -- name: jobs_insert_workflow
 -- jobs_insert for a batch with workflow steps (a NewJob with workflow_id or after): the same
 -- answer, one row per input job, in input order (ord, id, created, go, checks), and the same

@@ -136,11 +136,92 @@ local function batch_send(b)
   b.by, b.order = {}, {}
 end
 
--- A pending job is findable by the claim (its priority level, by run_at) and by listing.
+-- Fair turns (a queue configured fair): each due pending job of the queue has a turn, kept in
+-- its hash ("turn") and in the zset "<base>turns:<p>" of its priority level (score = turn,
+-- member = the zero-padded number, so equal turns fall back to enqueue order); the claim of a
+-- fair queue reads a level in turn order (fair_due in jobs_claim.lua). A job's turn is one more
+-- than the latest turn given to its key (the hash "<base>turn": key -> that turn; jobs without
+-- a key share the key ""), never less than the queue's lowest pending turn: start-time fair
+-- queueing, so a key that arrives behind another's backlog is served from the next turn on.
+-- The entry of a key whose latest job is claimed is deleted: idle keys leave nothing behind.
+-- A job that is not due when it becomes pending (delayed, retried, released by its inputs,
+-- written by a staged batch) waits in "<base>unturned:<p>" (score = run_at) and takes its turn
+-- when a claim finds it due, so jobs not due never stand in the turns ahead of due ones.
+local function turns_key(k, prio)
+  return k.base .. 'turns:' .. prio
+end
+
+local function unturned_key(k, prio)
+  return k.base .. 'unturned:' .. prio
+end
+
+local function lowest_turn(k)
+  local low
+  for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
+    if tonumber(p) then
+      local first = redis.call('ZRANGE', turns_key(k, p), 0, 0, 'WITHSCORES')
+      if first[2] and (not low or tonumber(first[2]) < low) then
+        low = tonumber(first[2])
+      end
+    end
+  end
+  return low or 0
+end
+
+-- A turn for job n (priority prio, limit key `key` or nil) of a fair queue; `low`: the queue's
+-- lowest pending turn (lowest_turn), read once per batch.
+local function take_turn(k, jk, n, prio, key, low)
+  local field = key or ''
+  local last = tonumber(redis.call('HGET', k.base .. 'turn', field))
+  local t = low
+  if last and last + 1 > t then
+    t = last + 1
+  end
+  redis.call('HSET', k.base .. 'turn', field, t)
+  redis.call('HSET', jk, 'turn', t)
+  redis.call('ZADD', turns_key(k, prio), t, pad(n))
+  return t
+end
+
+-- A pending job is findable by the claim (its priority level, by run_at) and by listing; in a
+-- fair queue it waits for its turn (see above).
 local function to_ready(k, n, prio, run_at)
   redis.call('ZADD', k.base .. 'ready:' .. prio, run_at, pad(n))
   redis.call('ZADD', k.prios, prio, prio)
   redis.call('ZADD', k.pending, n, n)
+  if tonumber(prio) and redis.call('HGET', k.config, 'fair') == '1' then
+    redis.call('ZADD', unturned_key(k, prio), run_at, pad(n))
+  end
+end
+
+-- Key slots (key_concurrency): the running jobs of each key, counted in the hash
+-- "<base>keyrun", field "q\n<key>" for the queue's scope and "j\n<name>\n<key>" for a job
+-- name's (job names hold no newline). A keyed job claimed while its scope has a
+-- key_concurrency counts from its claim until it leaves running (jobs_ack, leases_reap, a
+-- corrupt record failed); the scopes it counts in are kept in its hash ("slots": "q", "j" or
+-- "qj"), so leaving takes off exactly what the claim added. A count that reaches 0 is deleted.
+-- (A key_concurrency newly declared does not count the jobs of its key already running.)
+local function key_slots(k, name, key, by, mark)
+  local run = k.base .. 'keyrun'
+  local fields = {}
+  if string.find(mark, 'q', 1, true) then
+    fields[#fields + 1] = 'q\n' .. key
+  end
+  if string.find(mark, 'j', 1, true) then
+    fields[#fields + 1] = 'j\n' .. (name or '') .. '\n' .. key
+  end
+  for _, f in ipairs(fields) do
+    if redis.call('HINCRBY', run, f, by) <= 0 then
+      redis.call('HDEL', run, f)
+    end
+  end
+end
+
+-- A job leaves running: the key slots its claim took (its "slots" mark) are free again.
+local function leave_running(k, jk, name, key, mark)
+  if key and mark and mark ~= '' then
+    key_slots(k, name, key, -1, mark)
+  end
 end
 
 local function from_ready(k, n, prio)
@@ -162,8 +243,19 @@ local function from_ready(k, n, prio)
     if redis.call('EXISTS', level) == 0 then
       redis.call('ZREM', k.prios, p)
     end
+    if tonumber(p) then
+      redis.call('ZREM', turns_key(k, p), pad(n))
+      redis.call('ZREM', unturned_key(k, p), pad(n))
+    end
   end
   redis.call('ZREM', k.pending, n)
+  local t = redis.call('HMGET', k.base .. 'job:' .. n, 'turn', 'key')
+  if t[1] then -- a fair queue's job: the key's latest turn, if it was, is forgotten
+    local latest = k.base .. 'turn'
+    if redis.call('HGET', latest, t[2] or '') == t[1] then
+      redis.call('HDEL', latest, t[2] or '')
+    end
+  end
 end
 
 -- An idempotency key is held only while its job is pending or running (seed 001). `key`: the
@@ -240,9 +332,9 @@ local function lapse_if_due(k, ctx)
     redis.call('DEL', jk)
   end
   for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
-    redis.call('DEL', k.base .. 'ready:' .. p)
+    redis.call('DEL', k.base .. 'ready:' .. p, turns_key(k, p), unturned_key(k, p))
   end
-  redis.call('DEL', k.prios, k.pending, k.ttl)
+  redis.call('DEL', k.prios, k.pending, k.ttl, k.base .. 'turn')
   return #ns + linked
 end
 
@@ -428,7 +520,10 @@ end
 
 -- Fail a corrupt job where it stands (pending or running), with the reason as its error.
 local function fail_corrupt(k, jk, n, now, reason, ttl)
-  redis.call('ZREM', k.claims, n)
+  if redis.call('ZREM', k.claims, n) == 1 then
+    local f = redis.call('HMGET', jk, 'name', 'key', 'slots')
+    leave_running(k, jk, f[1], f[2], f[3])
+  end
   redis.call('ZREM', k.pending, n)
   redis.call('HDEL', jk, 'token', 'lease_expires_at')
   redis.call('HSET', jk, 'status', 'failed', 'error', 'corrupt job record: ' .. reason,
@@ -502,13 +597,32 @@ local function waits_on(job)
   return after ~= nil and #after > 0
 end
 
+-- on_conflict = "replace" (row field 17: 1 = the payload, 2 = the payload and run_at): the
+-- pending job n holding the key takes the row's payload, and its run_at (row fields 5 and 6,
+-- as for a new job) when the row sets one, moving its ready entry. Its other fields stay.
+local function replace_pending(k, n, job, now)
+  local jk = job_key(k, n)
+  redis.call('HSET', jk, 'payload', job[3])
+  if job[17] ~= 2 then
+    return
+  end
+  local run_at = nz(job[6]) or (now + job[5])
+  local prio = redis.call('HGET', jk, 'priority')
+  redis.call('HSET', jk, 'run_at', run_at)
+  if prio and tonumber(prio) then
+    from_ready(k, n, prio)
+    to_ready(k, n, prio, run_at)
+  end
+end
+
 -- Insert jobs, all or nothing (jobs_insert.lua, schedules_fire.lua).
 --   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
 --   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
 --   o.registry (set key or nil),
 --   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts,
 --   o.stage ({id, lo, hi}: a slice of a staged batch, with o.numbers; see above)
--- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number)}
+-- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number, 2 =
+-- an existing pending job's number that took this row's arguments: on_conflict = "replace")}
 -- (two strings: a batch's reply stays small), {"full", queue, max_pending}, or {"busy",
 -- queue, key} when a job of a batch still staged holds a key (the caller waits for that batch).
 local function insert_jobs(o)
@@ -521,7 +635,8 @@ local function insert_jobs(o)
     if not o.dry and not o.stage then
       lapse_if_due(groups[g])
     end
-    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending')
+    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending',
+      'fair')
     fresh[g] = 0
     counted[g] = 0
   end
@@ -547,11 +662,20 @@ local function insert_jobs(o)
           if staged(groups[g], n) and not (own and in_ranges(own, n)) then
             return {'busy', o.names[g], key}
           end
-          held = {n = n}
+          held = {n = n, replace = st == 'pending' and nz(job[17])}
         end
       end
       if not held and in_batch[g .. '|' .. key] then
-        held = {first = in_batch[g .. '|' .. key]}
+        local first = in_batch[g .. '|' .. key]
+        held = {first = first}
+        if nz(job[17]) then -- a debounce inside the batch: the first job is written with these
+          local f = o.jobs[first]
+          f[3] = job[3]
+          if job[17] == 2 then
+            f[5], f[6] = job[5], job[6]
+          end
+          held.replaced = true
+        end
       end
     end
     if held and held.again then
@@ -600,6 +724,7 @@ local function insert_jobs(o)
   local adds = {} -- key -> {score, member, score, member, ...}
   local order = {}
   local derived = {} -- position -> ids of the batch's steps waiting on it (dependents)
+  local low = {} -- group -> its lowest pending turn (fair queues), read once
   local function add(key, score, member)
     local t = adds[key]
     if not t then
@@ -615,8 +740,15 @@ local function insert_jobs(o)
     local n, created
     if p.n then
       n, created = p.n, 0
+      if p.replace then -- on_conflict = "replace" on a pending holder (see replace_pending)
+        replace_pending(groups[job[1]], n, job, o.now)
+        created = 2
+        if job[17] == 2 then
+          fresh[job[1]] = fresh[job[1]] + 1 -- its run_at moved: wake a worker
+        end
+      end
     elseif p.first then
-      n, created = numbers[p.first], 0
+      n, created = numbers[p.first], p.replaced and 2 or 0
     elseif p.again then
       n, created = int(o.numbers[i]), 1
     else
@@ -660,6 +792,10 @@ local function insert_jobs(o)
       if nz(job[13]) then
         fields[#fields + 1] = 'parent_id'
         fields[#fields + 1] = job[13]
+      end
+      if nz(job[18]) then
+        fields[#fields + 1] = 'key'
+        fields[#fields + 1] = job[18]
       end
       local wf = nz(job[14])
       if wf then
@@ -727,6 +863,14 @@ local function insert_jobs(o)
         end
         add(level, run_at, pad(n))
         add(k.pending, n, n)
+        if cfg[g][4] == '1' then -- a fair queue: the job's turn (see above)
+          if run_at <= o.now and not o.stage then
+            low[g] = low[g] or lowest_turn(k)
+            take_turn(k, job_key(k, n), n, prio, nz(job[18]), low[g])
+          else
+            add(unturned_key(k, prio), run_at, pad(n))
+          end
+        end
       end
     end
     numbers[i] = n

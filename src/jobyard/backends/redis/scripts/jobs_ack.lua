@@ -74,7 +74,7 @@ for i, o in ipairs(outcomes) do
   end
   local jk = job_key(k, n)
   local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at',
-    'dependents', 'idempotency_key', 'depends_on')
+    'dependents', 'idempotency_key', 'depends_on', 'name', 'key', 'slots')
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
@@ -83,6 +83,9 @@ for i, o in ipairs(outcomes) do
     local bad = kind ~= 'completed' and fault(jk)
     batch_add(done, 'ZREM', k.claims, n)
     local result, err = nz(o[5]), nz(o[6])
+    if not (bad and kind ~= 'completed') then -- fail_corrupt frees it itself
+      leave_running(k, jk, cur[9], cur[10], cur[11]) -- its key slots are free
+    end
     if bad and kind ~= 'completed' then -- a retry or release could not requeue it
       fail_corrupt(k, jk, n, now, bad, failed_ttl)
     elseif kind == 'completed' then

@@ -7,7 +7,7 @@
 --       [4] seconds a failed job is kept (0: forever)   [5] the lease-lost error
 --       [6] the at-most-once-lost error   [7] "1" = wake lists follow
 --       [8] owed entries to read per group (Cluster)   [9] the cancelled-on-request error
--- Touches: per group the claims set and the recovered job hashes: cancelled (a cancellation
+-- Touches: per group the claims set, the key slots (keyrun) and the recovered job hashes: cancelled (a cancellation
 --          was asked), back to pending (ready level, prios, pending; the attempt stays counted)
 --          or failed (at_most_once, or attempts spent, or a corrupt record: see fault() in
 --          _lib.lua).
@@ -37,9 +37,11 @@ for g = 1, ng do
     local lapsed = redis.call('ZRANGEBYSCORE', k.claims, '-inf', '(' .. fmt(now), 'LIMIT', 0, left)
     for _, n in ipairs(lapsed) do
       local jk = job_key(k, n)
-      redis.call('ZREM', k.claims, n)
       local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority',
-        'cancel_requested_at', 'name')
+        'cancel_requested_at', 'name', 'key', 'slots')
+      if redis.call('ZREM', k.claims, n) == 1 then
+        leave_running(k, jk, f[7], f[8], f[9]) -- a lapsed lease frees its key slots here
+      end
       local bad = fault(jk)
       if f[1] == 'running' then
         redis.call('HDEL', jk, 'token', 'lease_expires_at')
