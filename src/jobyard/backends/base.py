@@ -53,6 +53,11 @@ CANCEL_LOST_ERROR = "cancelled on request: the worker running it stopped renewin
 MAX_IDEMPOTENCY_KEY = 200  # characters of an idempotency key (checked by JobOptions)
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
+# The throughput history (:meth:`Backend.throughput_get`): one bucket per queue and minute,
+# kept for a day and an hour (a day's chart is always whole), older ones pruned by
+# ``jobs_expire`` (Redis: by a key TTL).
+THROUGHPUT_STEP = 60
+THROUGHPUT_KEEP = 25 * 3600
 
 
 # --- records -------------------------------------------------------------------------------
@@ -148,6 +153,32 @@ class QueueStats:
     queue: str
     counts: dict[str, int]  # status -> jobs
     completed_last_minute: int
+    # The ``run_at`` of the queue's oldest due pending job (the one waiting longest since it
+    # became due), or None when no pending job is due: found by an index probe per priority
+    # level (Redis: the head of each ready zset), never by a scan.
+    oldest_pending_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputParams:
+    """Which history to read: the minutes that end after ``now - since`` (the one under way
+    included), of ``queues`` (empty: every queue)."""
+
+    since: float = 3600.0
+    queues: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputMinute:
+    """Jobs of ``queue`` that ended in the minute starting at ``minute`` (epoch seconds, a
+    multiple of :data:`THROUGHPUT_STEP`): ``completed`` (by an acknowledgement) and ``failed``
+    (into the dead letter: by an acknowledgement, or by the reaper when a lapsed lease spent
+    the last attempt). Cancelled jobs and retries are not counted."""
+
+    queue: str
+    minute: float
+    completed: int
+    failed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -733,7 +764,16 @@ class Backend(Protocol):
         ...
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
-        """Per queue: counts by status and completions in the last minute."""
+        """Per queue: counts by status, completions in the last minute and the run_at of the
+        oldest due pending job."""
+        ...
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept throughput history (see :class:`ThroughputMinute`): only minutes in which
+        something ended, by queue then minute. ``jobs_ack`` and ``leases_reap`` add to it in
+        the same atomic move as the job's change, so it survives every restart of workers and
+        readers; minutes older than :data:`THROUGHPUT_KEEP` are dropped by ``jobs_expire``
+        (or by the store itself)."""
         ...
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:

@@ -25,6 +25,8 @@ from .base import (
     QUEUED,
     REDRIVABLE,
     STATUSES,
+    THROUGHPUT_KEEP,
+    THROUGHPUT_STEP,
     ClaimedJob,
     Inserted,
     JobRecord,
@@ -52,6 +54,8 @@ from .base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -87,10 +91,18 @@ class MemoryBackend:
         self._ids = itertools.count(1)
         self._inserts = 0
         self._waiters: dict[str, int] = {}  # worker id -> _inserts when its last wait returned
+        # (queue, minute) -> [completed, failed]: the throughput history
+        self._throughput: dict[tuple[str, float], list[int]] = {}
 
     def _now(self) -> float:
         now = self.clock.now()
         return time.time() if now is None else now
+
+    def _tally(self, queue: str, status: str, now: float) -> None:
+        """Count a job that ended completed or failed in its minute (under the lock)."""
+        minute = float(int(now // THROUGHPUT_STEP) * THROUGHPUT_STEP)
+        bucket = self._throughput.setdefault((queue, minute), [0, 0])
+        bucket[0 if status == "completed" else 1] += 1
 
     # schema ---------------------------------------------------------------------------------
 
@@ -417,10 +429,12 @@ class MemoryBackend:
                 rec = row.rec
                 if out.kind == "completed":
                     row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
+                    self._tally(rec.queue, "completed", now)
                     self._release(row, now)
                     self._unhold(row)
                 elif out.kind == "failed":
                     row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
+                    self._tally(rec.queue, "failed", now)
                 elif out.kind == "cancelled":
                     row.rec = replace(rec, status="cancelled", error=out.error, finished_at=now)
                 elif out.kind == "retry":
@@ -484,6 +498,8 @@ class MemoryBackend:
                     row.rec = replace(rec, status="failed", error=LEASE_LOST_ERROR, finished_at=now)
                 else:
                     row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
+                if row.rec.status == "failed":
+                    self._tally(rec.queue, "failed", now)
                 reaped.append(Reaped(rec.id, row.rec.status))
             if reaped:
                 self._inserts += 1
@@ -491,9 +507,24 @@ class MemoryBackend:
         return reaped
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        with self._lock:
+            cutoff = self._now() - THROUGHPUT_KEEP
+            for key in [k for k in self._throughput if k[1] < cutoff]:
+                del self._throughput[key]
         return 0
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since``, by queue then minute."""
+        with self._lock:
+            start = self._now() - params.since
+            wanted = set(params.queues)
+            return [
+                ThroughputMinute(queue, minute, c, f)
+                for (queue, minute), (c, f) in sorted(self._throughput.items())
+                if minute > start - THROUGHPUT_STEP and (not wanted or queue in wanted)
+            ]
 
     # queues, workers, stats -------------------------------------------------------------------
 
@@ -542,14 +573,22 @@ class MemoryBackend:
             for name in sorted(names):
                 counts = dict.fromkeys(STATUSES, 0)
                 recent = 0
+                oldest: float | None = None
                 for r in self._rows.values():
                     if r.rec.queue != name:
                         continue
                     counts[r.rec.status] += 1
+                    due = r.rec.run_at
+                    if (
+                        r.rec.status == "pending"
+                        and due <= now
+                        and (oldest is None or due < oldest)
+                    ):
+                        oldest = due
                     fin = r.rec.finished_at
                     if r.rec.status == "completed" and fin is not None and fin >= now - 60:
                         recent += 1
-                out.append(QueueStats(name, counts, recent))
+                out.append(QueueStats(name, counts, recent, oldest))
             return out
 
     # time and recurring jobs ------------------------------------------------------------------

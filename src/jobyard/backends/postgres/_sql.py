@@ -38,6 +38,8 @@ class Queries:
     workers_beat: str
     workers_list: str
     stats_get: str
+    throughput_get: str
+    throughput_prune: str
     clock_now: str
     autovacuum_setting: str
     tidy_lock: str
@@ -48,6 +50,7 @@ class Queries:
     vacuum_jobs_running: str
     vacuum_job_keys: str
     vacuum_job_counts: str
+    vacuum_throughput: str
     vacuum_workers: str
     schedules_sync: str
     schedules_list: str

@@ -42,6 +42,7 @@ from ..base import (
     DEFAULT_MAX_ATTEMPTS,
     LEASE_LOST_ERROR,
     STATUSES,
+    THROUGHPUT_KEEP,
     ClaimedJob,
     Inserted,
     JobRecord,
@@ -69,6 +70,8 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     bounded_delay,
@@ -578,8 +581,10 @@ class PostgresBackend:
         return [Reaped(str(r[0]), str(r[1])) for r in rows]
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        args = {"now": self.clock.now(), "keep": float(THROUGHPUT_KEEP)}
+        self._run(lambda c: c.execute(Q.throughput_prune, args, prepare=True))
         return 0
 
     # transactional completion -----------------------------------------------------------------
@@ -673,13 +678,27 @@ class PostgresBackend:
         rows = self._run(lambda c: self._fetch(c, Q.stats_get, args))
         counts: dict[str, dict[str, int]] = {}
         recent: dict[str, int] = {}
+        oldest: dict[str, float] = {}
         for queue, kind, n in rows:
+            if kind == "oldest":  # a run_at in microseconds (the column is a count)
+                oldest[queue] = int(n) / 1_000_000
+                continue
             per = counts.setdefault(queue, dict.fromkeys(STATUSES, 0))
             if kind == "recent":
                 recent[queue] = int(n)
             elif kind in per:
                 per[kind] = int(n)
-        return [QueueStats(q, counts[q], recent.get(q, 0)) for q in sorted(counts)]
+        return [QueueStats(q, counts[q], recent.get(q, 0), oldest.get(q)) for q in sorted(counts)]
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since`` (one range of the primary key)."""
+        args = {
+            "now": self.clock.now(),
+            "since": float(params.since),
+            "queues": list(params.queues),
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.throughput_get, args))
+        return [ThroughputMinute(r[0], float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; a warning when the server's autovacuum is off

@@ -56,6 +56,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_list",
     "jobs_purge",
     "stats_get",
+    "throughput_get",
     "queues_configure",
     "seq_take",
     "batch_open",

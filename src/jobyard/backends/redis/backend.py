@@ -91,6 +91,8 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -826,6 +828,10 @@ class RedisBackend:
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
         return _admin.stats_get(self.core, params)
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes (hashes per queue and hour that expire by themselves)."""
+        return _admin.throughput_get(self.core, params)
 
     def store_info(self) -> StoreInfo:
         """Node or Cluster, and the retention of the URL's ``result_ttl`` and ``failed_ttl``."""

@@ -46,6 +46,7 @@ from ..base import (
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
+    THROUGHPUT_KEEP,
     ClaimedJob,
     Inserted,
     JobRecord,
@@ -73,6 +74,8 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
@@ -482,6 +485,7 @@ class SQLiteBackend:
                 elif cursor.rowcount != 1:
                     stale.append(outcome.id)
             self._count(conn, moved)
+            self._tally(conn, now, moved)
             if inputs:
                 # Same transaction as the completions: SQLite's single writer makes the
                 # release of a join exactly once, however its inputs' acks race.
@@ -505,6 +509,22 @@ class SQLiteBackend:
         ]
         if rows:
             conn.executemany(self._q["counts_add"], rows)
+
+    def _tally(
+        self, conn: sqlite3.Connection, now: float | None, moved: Counter[tuple[str, str]]
+    ) -> None:
+        """Add the completed and failed jobs of an ack or reap to the throughput history
+        (0009_throughput.sql) inside the caller's write: one row per queue."""
+        per: dict[str, list[int]] = {}
+        for (queue, status), n in moved.items():
+            if n and status in ("completed", "failed"):
+                per.setdefault(queue, [0, 0])[status == "failed"] += n
+        rows = [
+            {"queue": q, "now": now, "completed": c, "failed": f}
+            for q, (c, f) in sorted(per.items())
+        ]
+        if rows:
+            conn.executemany(self._q["throughput_add"], rows)
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block until a job may have become due in ``queues``, or ``timeout`` passes."""
@@ -602,16 +622,32 @@ class SQLiteBackend:
                     "cancel_lost_error": CANCEL_LOST_ERROR,
                 },
             ).fetchall()
-            self._count(conn, Counter((r[2], r[1]) for r in rows if r[1] != "pending"))
+            finished = Counter((r[2], r[1]) for r in rows if r[1] != "pending")
+            self._count(conn, finished)
+            self._tally(conn, self.clock.now(), finished)
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
         return [Reaped(str(r[0]), r[1]) for r in rows]
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        with self._writing() as conn:
+            conn.execute(
+                self._q["throughput_prune"], {"now": self.clock.now(), "keep": THROUGHPUT_KEEP}
+            )
         return 0
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since`` (one range of the primary key)."""
+        args = {
+            "now": self.clock.now(),
+            "since": float(params.since),
+            "queues": json.dumps(list(params.queues)),
+        }
+        rows = self._conns.get().execute(self._q["throughput_get"], args).fetchall()
+        return [ThroughputMinute(r[0], float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     # queues, workers, stats -------------------------------------------------------------------
 
@@ -682,12 +718,12 @@ class SQLiteBackend:
             for (name,) in conn.execute(q["stats_configured"], {"queues": wanted}):
                 counts.setdefault(name, dict.fromkeys(STATUSES, 0))
             names = sorted(counts)
-            recent = dict(
-                conn.execute(
-                    q["stats_recent"], {"names": json.dumps(names), "now": self.clock.now()}
-                ).fetchall()
-            )
-        return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
+            at = {"names": json.dumps(names), "now": self.clock.now()}
+            recent = dict(conn.execute(q["stats_recent"], at).fetchall())
+            oldest = dict(conn.execute(q["stats_oldest"], at).fetchall())
+        return [
+            QueueStats(name, counts[name], recent.get(name, 0), oldest.get(name)) for name in names
+        ]
 
     # time and recurring jobs ------------------------------------------------------------------
 

@@ -281,6 +281,31 @@ RETURNING CASE WHEN jobs.status = 'completed' AND jobs.holds <= 0 THEN jobs.id E
 -- with the step that ran after it, as its history, until that step is purged too.
 DELETE FROM job_links WHERE job_id IN (SELECT value FROM json_each(:ids))
 
+-- name: throughput_add
+-- Completed and failed jobs of a queue in the current minute (0009_throughput.sql), added in the
+-- transaction of the ack or reap that settled them.
+INSERT INTO throughput (queue, minute, completed, failed)
+VALUES (
+    :queue,
+    CAST(coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) / 60 AS INTEGER) * 60,
+    :completed,
+    :failed
+)
+ON CONFLICT (queue, minute) DO UPDATE
+SET completed = completed + excluded.completed, failed = failed + excluded.failed
+
+-- name: throughput_get
+-- The minutes that end after now - since, by queue then minute: a range of the primary key.
+SELECT queue, minute, completed, failed FROM throughput
+WHERE minute > coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :since - 60
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+ORDER BY queue, minute
+
+-- name: throughput_prune
+-- Minutes older than the history keeps (jobs_expire, run by the workers' maintenance).
+DELETE FROM throughput
+WHERE minute < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :keep
+
 -- name: counts_add
 -- Finished jobs per queue and status (0005_counts.sql), adjusted in the transaction of a move.
 INSERT INTO job_counts (queue, status, n) VALUES (:queue, :status, :n)
@@ -544,6 +569,35 @@ UNION ALL
 SELECT queue, status, n FROM job_counts
 WHERE n <> 0
   AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+
+-- name: stats_oldest
+-- The run_at of each queue's oldest due pending job: a skip scan of the claim index jobs_pending,
+-- one probe per priority level that holds pending jobs (levels: a max() below the last one found,
+-- each answered by the index), then the first entry of each level (min(run_at) at an equal
+-- priority is the level's first index entry). Never reads more than two entries per level.
+WITH RECURSIVE levels (queue, p) AS (
+    SELECT n.value, (
+        SELECT max(j.priority) FROM jobs AS j WHERE j.status = 'pending' AND j.queue = n.value
+    )
+    FROM json_each(:names) AS n
+    UNION ALL
+    SELECT l.queue, (
+        SELECT max(j.priority) FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = l.queue AND j.priority < l.p
+    )
+    FROM levels AS l
+    WHERE l.p IS NOT NULL
+)
+SELECT queue, min(first) FROM (
+    SELECT l.queue, (
+        SELECT min(j.run_at) FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = l.queue AND j.priority = l.p
+    ) AS first
+    FROM levels AS l
+    WHERE l.p IS NOT NULL
+)
+WHERE first <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+GROUP BY queue
 
 -- name: stats_configured
 SELECT name FROM queues

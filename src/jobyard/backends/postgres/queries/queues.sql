@@ -44,4 +44,51 @@ SELECT r.queue, 'recent', r.n
 FROM jobyard_completed_since(
     coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) - 60,
     %(queues)b::text[]
-) AS r;
+) AS r
+UNION ALL
+-- The oldest due pending job of each queue, as its run_at in micro-seconds (the column is a
+-- count): a skip scan of the claim index, one probe per (queue, priority) level holding
+-- pending jobs (the next level: a lower priority of the same queue, else the next queue),
+-- then the first entry of each level, its smallest run_at. Never a scan of the pending jobs.
+SELECT o.queue, 'oldest', (min(o.first) * 1000000)::int8
+FROM (
+    WITH RECURSIVE levels (queue, p) AS (
+        (SELECT j.queue, j.priority FROM jobs_pending AS j
+         WHERE cardinality(%(queues)b::text[]) = 0 OR j.queue = ANY(%(queues)b::text[])
+         ORDER BY j.queue, j.priority DESC
+         LIMIT 1)
+        UNION ALL
+        SELECT n.queue, n.priority
+        FROM levels AS l CROSS JOIN LATERAL (
+            (SELECT j.queue, j.priority FROM jobs_pending AS j
+             WHERE j.queue = l.queue AND j.priority < l.p
+             ORDER BY j.queue, j.priority DESC
+             LIMIT 1)
+            UNION ALL
+            (SELECT j.queue, j.priority FROM jobs_pending AS j
+             WHERE j.queue > l.queue
+               AND (cardinality(%(queues)b::text[]) = 0 OR j.queue = ANY(%(queues)b::text[]))
+             ORDER BY j.queue, j.priority DESC
+             LIMIT 1)
+            LIMIT 1
+        ) AS n
+    )
+    SELECT l.queue, (
+        SELECT j.run_at FROM jobs_pending AS j
+        WHERE j.queue = l.queue AND j.priority = l.p
+        ORDER BY j.queue, j.priority DESC, j.run_at
+        LIMIT 1
+    ) AS first
+    FROM levels AS l
+) AS o
+WHERE o.first <= coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+GROUP BY o.queue;
+
+-- name: throughput_get
+-- The minutes that end after now - since, by queue then minute: a range of the primary key.
+SELECT queue, minute, completed, failed
+FROM throughput
+WHERE minute > coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+               - %(since)s::float8 - 60
+  AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
+ORDER BY queue, minute;

@@ -1,0 +1,14 @@
+-- 0009_throughput: completed and failed jobs per queue and minute, kept with the moves.
+--
+-- The dashboard's chart and `jobyard status` read the last hour and day from here, so the
+-- history survives every restart of workers and readers. jobs_ack and leases_reap add to a row
+-- in the same write transaction as the jobs they settle (once per statement and queue, not per
+-- job); jobs_expire deletes minutes older than a day and an hour. A queue writes at most one
+-- row a minute: 1,500 rows (about 40 KB) a queue at most.
+CREATE TABLE throughput (
+    queue     TEXT    NOT NULL,
+    minute    INTEGER NOT NULL,  -- epoch seconds of the minute's start
+    completed INTEGER NOT NULL,
+    failed    INTEGER NOT NULL,
+    PRIMARY KEY (queue, minute)
+) STRICT, WITHOUT ROWID;
