@@ -377,6 +377,8 @@ def status(app_ref: str, as_json: bool) -> None:
                     "queue": q.name,
                     "counts": q.counts,
                     "completed_last_minute": q.completed_last_minute,
+                    "oldest_pending_age": q.oldest_pending_age,
+                    "paused": q.paused,
                     "retention": q.kept,
                 }
                 for q in view.queues
@@ -406,12 +408,15 @@ def status(app_ref: str, as_json: bool) -> None:
     for s in STATUSES:
         table.add_column(s, justify="right")
     table.add_column("completed/1m", justify="right")
+    table.add_column("oldest", justify="right")  # the oldest due pending job's wait
     table.add_column("limits", no_wrap=True)
     for q in view.queues:
+        age = q.oldest_pending_age
         table.add_row(
             cell(q.name),
             *(str(q.counts[s]) for s in STATUSES),
             str(q.completed_last_minute),
+            "-" if age is None else _wait(age),
             cell(" ".join(_limits(q))),
         )
     if view.queues:
@@ -435,6 +440,21 @@ def status(app_ref: str, as_json: bool) -> None:
             _ago(w.last_seen),
         )
     console.print(wt)
+
+
+def _wait(seconds: float) -> str:
+    """How long a job has waited, in its two largest units (``42s``, ``5m03s``, ``2h05m``)."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds >= 1 else "<1s"
+    for size, unit, small, sub in (
+        (86400, "d", 3600, "h"),
+        (3600, "h", 60, "m"),
+        (60, "m", 1, "s"),
+    ):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // small:02d}{sub}"
+    return f"{whole}s"
 
 
 def _limits(q: views.QueueRow) -> list[str]:
