@@ -195,3 +195,37 @@ def test_each_page_makes_the_same_few_store_calls_however_many_jobs(
     many = calls_per_page(60)
     assert few == many
     assert max(many.values()) <= 6, many
+
+
+def test_overview_charts_the_stored_history_and_the_oldest_pending_wait(
+    board: jobyard.App, client_for: Any, store: tuple[str, str]
+) -> None:
+    from jobyard.web import _data
+
+    # given jobs that completed and failed, and a pending one
+    board.registry["tick"].enqueue_many([((f"{i}",), {}) for i in range(3)])
+    board.registry["flaky"].enqueue("never")
+    jobyard.testing.drain(board)
+    board.registry["canary"].enqueue("waits")
+    # when a new App on the same store (a restarted dashboard) reads the overview
+    again = board if store[0] == "memory" else jobyard.App(store[1])
+    try:
+        data = _data.overview(again, None, 3600.0, 60)
+        page = client_for(again).get("/").text
+    finally:
+        if again is not board:
+            again.close()
+    # then the chart holds the stored minutes: 60 buckets, the jobs in the latest ones
+    assert data.has_history and len(data.history) == 60
+    assert sum(b.completed for b in data.history) == 3
+    assert sum(b.failed for b in data.history) == 1
+    rows = {q.name: q for q in data.queues}
+    assert sum(b.completed for b in rows["pausable"].history) == 3
+    assert rows["flaky"].failed_last_minute == 1 and rows["pausable"].failed_last_minute == 0
+    # and the queue with a due pending job tells how long it has waited; the others none
+    assert rows["canary"].oldest_pending_age is not None and rows["canary"].oldest_pending_age < 60
+    assert rows["pausable"].oldest_pending_age is None
+    assert "keeps no throughput history" not in page and '<svg class="chart"' in page
+    # and the day's chart has 96 buckets of 15 minutes
+    day = _data.overview(board, "pausable", 86400.0, 900)
+    assert len(day.history) == 96 and sum(b.completed for b in day.history) == 3

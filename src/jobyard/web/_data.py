@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from .. import views
 from .._secrets import mask_url
 from ..app import App
-from ..backends.base import STATUSES, QueueConfig, QueueStats
+from ..backends.base import STATUSES, QueueConfig, QueueStats, ThroughputParams
 from ..errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
 from ..job import Job, Status, check_name
 from ..workflow import Workflow
@@ -191,18 +191,45 @@ def queue_names(app: App, stats: Sequence[QueueStats] | None = None) -> list[str
     return sorted(names)
 
 
-def history(app: App, since: float, step: int) -> dict[str | None, tuple[Bucket, ...]] | None:
+def history(
+    app: App, since: float, step: int, now: float
+) -> tuple[dict[str | None, tuple[Bucket, ...]], dict[str, int]]:
     """Completed and failed jobs per ``step`` seconds over the last ``since`` seconds, per queue
-    and (key None) in all; None when the store keeps no throughput history yet."""
-    del app, since, step  # the store's throughput read (issue 19) is not there yet
-    return None
+    and (key None) in all, oldest first, every bucket present (zero where nothing ended); and
+    per queue the jobs failed in the last 60 seconds. One store call: the store's throughput
+    history, kept per minute, summed here."""
+    minutes = app.backend.throughput_get(ThroughputParams(since=max(since, 120.0)))
+    last = int(now // step) * step
+    starts = [float(last - i * step) for i in range(max(int(since // step), 1) - 1, -1, -1)]
+    first = starts[0]
+    sums: dict[str | None, dict[float, list[int]]] = {None: {}}
+    failed: dict[str, float] = {}
+    for m in minutes:
+        # the last 60 s: the minute under way, and the share of the one before still in them
+        share = min(max((m.minute + 60 - (now - 60)) / 60, 0.0), 1.0)
+        if share:
+            failed[m.queue] = failed.get(m.queue, 0.0) + m.failed * share
+        if m.minute < first:
+            continue
+        start = float(int(m.minute // step) * step)
+        for key in (m.queue, None):
+            cell = sums.setdefault(key, {}).setdefault(start, [0, 0])
+            cell[0] += m.completed
+            cell[1] += m.failed
+    series = {
+        key: tuple(Bucket(t, *per.get(t, (0, 0))) for t in starts) for key, per in sums.items()
+    }
+    return series, {q: round(n) for q, n in failed.items()}
 
 
-def oldest_pending(app: App, queues: Sequence[str]) -> dict[str, float]:
-    """Seconds each queue's oldest pending job has waited, where known (none yet: the store
-    has no cheap read for it, and a listing would walk every pending job)."""
-    del app, queues
-    return {}
+def oldest_pending(stats: Sequence[QueueStats], now: float) -> dict[str, float]:
+    """Seconds each queue's oldest due pending job has waited (from ``stats_get``, where the
+    store probes its index for it)."""
+    return {
+        s.queue: max(now - s.oldest_pending_at, 0.0)
+        for s in stats
+        if s.oldest_pending_at is not None
+    }
 
 
 def overview(app: App, chart_queue: str | None, since: float, step: int) -> Overview:
@@ -213,8 +240,8 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
     names = sorted(set(by_queue) | set(configs) | {f.opts.queue for f in app.registry.values()})
     workers = len(app.workers())
     now = app.backend.clock_now()
-    hist = history(app, since, step)
-    ages = oldest_pending(app, names)
+    hist, failed = history(app, since, step, now)
+    ages = oldest_pending(stats, now)
     rows = []
     totals = dict.fromkeys(STATUSES, 0)
     for name in names:
@@ -223,8 +250,8 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
         for s, n in counts.items():
             totals[s] += n
         cfg = configs.get(name)
-        series = () if hist is None else hist.get(name, ())
-        last_failed = None if hist is None else (series[-1].failed if series else 0)
+        series = hist.get(name) or tuple(Bucket(b.start, 0, 0) for b in hist[None])
+        last_failed = failed.get(name, 0)
         rows.append(
             QueueView(
                 name=name,
@@ -238,8 +265,10 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
                 history=series,
             )
         )
-    chart = () if hist is None else hist.get(chart_queue, ())
-    return Overview(now, tuple(rows), totals, workers, chart, step, hist is not None)
+    chart = hist.get(chart_queue, ())
+    if not chart:  # a queue with no history yet: an empty chart of the range
+        chart = tuple(Bucket(b.start, 0, 0) for b in hist[None])
+    return Overview(now, tuple(rows), totals, workers, chart, step, True)
 
 
 def find_job(app: App, text: str) -> Job | None:
