@@ -502,6 +502,47 @@ class JobsListParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsSearchParams:
+    """One page of jobs, newest first, found by cursor (the dashboard's listing, the dead letter's
+    bulk moves). ``queue`` and ``status`` choose what is walked, through an index (SQL: the
+    primary key backwards, within a status's partition or index; Redis: a state index per
+    queue). ``name``, ``idempotency_key`` (exact), ``contains`` (a substring of the payload's
+    JSON text) and ``error_contains`` (of the error) are checked on the jobs walked; a key alone
+    is looked up in its own index (SQL; Redis walks). ``before``: the ``next`` of the previous
+    page (the store's own cursor, opaque to the caller). At most ``scan`` jobs are walked per
+    call (on Redis: per queue and state index), so a filter that matches rarely costs a bounded
+    time per page and says where to go on."""
+
+    queue: str | None = None
+    status: str | None = None
+    name: str | None = None
+    idempotency_key: str | None = None
+    contains: str | None = None
+    error_contains: str | None = None
+    before: str | None = None
+    limit: int = 50
+    scan: int = 5000
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}: use one of {', '.join(STATUSES)}")
+        if self.limit < 1 or self.scan < 1:
+            raise ValueError("limit and scan must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPage:
+    """What :meth:`Backend.jobs_search` found: up to ``limit`` matching jobs, newest first;
+    ``next``, the cursor of the next (older) page, or None when nothing older is left to walk;
+    and ``scanned``, how many jobs were walked to find them. A page may hold fewer than
+    ``limit`` jobs (even none) and still have a ``next``: the walk stopped at ``scan``."""
+
+    jobs: list[JobRecord]
+    next: str | None
+    scanned: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobsPurgeParams:
     """Delete finished jobs. ``statuses`` may only name finished states (ValueError otherwise);
     each is kept once, in the order given.
@@ -699,6 +740,11 @@ class Backend(Protocol):
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
         """Jobs matching the filter, newest first."""
+        ...
+
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page of jobs by cursor, newest first (see :class:`JobsSearchParams`): never by
+        offset, and never walking more than ``scan`` jobs."""
         ...
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:

@@ -36,6 +36,8 @@ from .base import (
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
+    JobsSearchParams,
     JobsPurgeParams,
     JobsWaitParams,
     LeasesReapParams,
@@ -250,6 +252,36 @@ class MemoryBackend:
             ]
         recs.sort(key=lambda r: int(r.id), reverse=True)
         return recs[params.offset : params.offset + params.limit]
+
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """Newest first from the cursor (an id), at most ``scan`` jobs of the queue and
+        status walked."""
+        p = params
+        if p.before is not None and not p.before.isdigit():
+            raise ValueError(f"invalid cursor {p.before!r}")
+        with self._lock:
+            walk = sorted(
+                (
+                    r.rec
+                    for r in self._rows.values()
+                    if (p.queue is None or r.rec.queue == p.queue)
+                    and (p.status is None or r.rec.status == p.status)
+                    and (p.before is None or int(r.rec.id) < int(p.before))
+                ),
+                key=lambda rec: int(rec.id),
+                reverse=True,
+            )
+        found: list[JobRecord] = []
+        scanned = 0
+        for rec in walk:
+            scanned += 1
+            if _search_matches(rec, p):
+                found.append(rec)
+                if len(found) == p.limit:
+                    return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
+            if scanned == p.scan:
+                return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
+        return JobsPage(found, None, scanned)
 
     def _row(self, job_id: str) -> _Row:
         row = self._rows.get(job_id)
@@ -679,6 +711,16 @@ class MemoryBackend:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _search_matches(rec: JobRecord, p: JobsSearchParams) -> bool:
+    """Whether a walked job passes the filters that are checked on each job."""
+    return (
+        (p.name is None or rec.name == p.name)
+        and (p.idempotency_key is None or rec.idempotency_key == p.idempotency_key)
+        and (p.contains is None or p.contains in rec.payload)
+        and (p.error_contains is None or p.error_contains in (rec.error or ""))
+    )
 
 
 def _same_ticks(old: Schedule, new: Schedule) -> bool:

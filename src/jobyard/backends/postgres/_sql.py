@@ -38,6 +38,9 @@ class Queries:
     workers_beat: str
     workers_list: str
     stats_get: str
+    jobs_search: str
+    jobs_search_status: str
+    jobs_search_key: str
     throughput_get: str
     throughput_prune: str
     clock_now: str

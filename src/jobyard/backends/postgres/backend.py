@@ -52,6 +52,8 @@ from ..base import (
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
+    JobsSearchParams,
     JobsPurgeParams,
     JobsWaitParams,
     LeasesReapParams,
@@ -413,6 +415,46 @@ class PostgresBackend:
         else:
             query = Q.jobs_list
         return [_record(r) for r in self._run(lambda c: self._fetch(c, query, args))]
+
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (an id): the newest ``scan`` jobs below it walked by primary key
+        (one partition when a status is given; a key through jobs_key), filtered; then the
+        hits read by id (two statements, one round trip each)."""
+        p = params
+        before = None if p.before is None else parse_numeric_id(p.before)
+        if p.before is not None and before is None:
+            raise ValueError(f"invalid cursor {p.before!r}")
+        args = {
+            "before": 2**63 - 1 if before is None else before,
+            "queue": p.queue,
+            "status": p.status,
+            "name": p.name,
+            "key": exact_in(p.idempotency_key),
+            "contains": storable(p.contains),
+            "error_contains": storable(p.error_contains),
+            "limit": p.limit,
+            "scan": p.scan,
+        }
+        if p.idempotency_key is not None:
+            query = Q.jobs_search_key
+        elif p.status is not None:
+            query = Q.jobs_search_status
+        else:
+            query = Q.jobs_search
+        rows = self._run(lambda c: self._fetch(c, query, args))
+        hits = [int(r[0]) for r in rows if r[1] == 1]
+        scanned, low = next((int(r[0]), r[2]) for r in rows if r[1] == 0)
+        records: list[JobRecord] = []
+        if hits:
+            listed: dict[str, Any] = {"ids": hits, "limit": len(hits), "offset": 0}
+            listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
+            found = self._run(lambda c: self._fetch(c, Q.jobs_list_ids, listed))
+            records = [_record(r) for r in found]
+        if len(hits) == p.limit:
+            cursor: str | None = str(hits[-1])
+        else:
+            cursor = str(low) if scanned == p.scan else None
+        return JobsPage(records, cursor, scanned)
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Cancel a waiting or pending job, or record a request on a running one. Raise

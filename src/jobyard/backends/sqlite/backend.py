@@ -56,6 +56,8 @@ from ..base import (
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
+    JobsSearchParams,
     JobsPurgeParams,
     JobsWaitParams,
     LeasesReapParams,
@@ -302,6 +304,48 @@ class SQLiteBackend:
             name = "jobs_list_dead" if params.status in DEAD else "jobs_list"
         rows = self._conns.get().execute(self._q[name], args).fetchall()
         return [_rows.record(row) for row in rows]
+
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (an id): the newest ``scan`` jobs below it walked by primary key
+        (failed or cancelled ones through jobs_dead, a key through jobs_key), filtered, then
+        the hits read by id; one read snapshot."""
+        p = params
+        before = None if p.before is None else parse_numeric_id(p.before)
+        if p.before is not None and before is None:
+            raise ValueError(f"invalid cursor {p.before!r}")
+        args = {
+            "before": 2**63 - 1 if before is None else before,  # a range, never "IS NULL OR"
+            "queue": p.queue,
+            "status": p.status,
+            "name": p.name,
+            "key": p.idempotency_key,
+            "contains": p.contains,
+            "error_contains": p.error_contains,
+            "limit": p.limit,
+            "scan": p.scan,
+        }
+        if p.idempotency_key is not None:
+            name = "jobs_search_key"
+        elif p.status in DEAD:
+            name = "jobs_search_dead"
+        else:
+            name = "jobs_search"
+        conn = self._conns.get()
+        with read(conn):
+            rows = conn.execute(self._q[name], args).fetchall()
+            hits = [r[0] for r in rows if r[1] == 1]
+            scanned, low = next((r[0], r[2]) for r in rows if r[1] == 0)
+            records: list[JobRecord] = []
+            if hits:
+                listed = {"ids": json.dumps(hits), "limit": len(hits), "offset": 0}
+                listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
+                found = conn.execute(self._q["jobs_list_ids"], listed).fetchall()
+                records = [_rows.record(r) for r in found]
+        if len(hits) == p.limit:
+            cursor: str | None = str(hits[-1])
+        else:
+            cursor = str(low) if scanned == p.scan else None
+        return JobsPage(records, cursor, scanned)
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Pending -> cancelled; running: a request recorded; JobNotFound or

@@ -121,6 +121,87 @@ WHERE (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset
 
+-- name: jobs_search
+-- A page by cursor (JobsSearchParams): the walk is the newest :scan jobs below the cursor by
+-- primary key, whatever they are (so a page costs at most :scan rows, however rare its
+-- matches); the filters apply within it. Returns the hits (id, 1, NULL) newest first, then one
+-- row (n, 0, low): how many jobs were walked down to the last hit of a full page, or in all, and
+-- the lowest id of those (where a walk that stopped at :scan goes on).
+WITH walk AS (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs
+    WHERE id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+),
+hits AS (
+    SELECT id FROM walk
+    WHERE (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+    ORDER BY id DESC
+    LIMIT :limit
+)
+SELECT id, 1, NULL FROM hits
+UNION ALL
+SELECT count(*), 0, min(id) FROM walk
+WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
+   OR (SELECT count(*) FROM hits) < :limit
+
+-- name: jobs_search_dead
+-- jobs_search of failed or cancelled jobs: the walk is the partial index jobs_dead (only those
+-- jobs, by id), which the planner uses only when the query states its condition word for word.
+WITH walk AS (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = :status
+      AND id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+),
+hits AS (
+    SELECT id FROM walk
+    WHERE (:queue IS NULL OR queue = :queue)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+    ORDER BY id DESC
+    LIMIT :limit
+)
+SELECT id, 1, NULL FROM hits
+UNION ALL
+SELECT count(*), 0, min(id) FROM walk
+WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
+   OR (SELECT count(*) FROM hits) < :limit
+
+-- name: jobs_search_key
+-- jobs_search with an idempotency key: the walk is the partial index jobs_key (the jobs of that
+-- key, whatever their status), by id.
+WITH walk AS (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_key
+    WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
+      AND id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+),
+hits AS (
+    SELECT id FROM walk
+    WHERE (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+    ORDER BY id DESC
+    LIMIT :limit
+)
+SELECT id, 1, NULL FROM hits
+UNION ALL
+SELECT count(*), 0, min(id) FROM walk
+WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
+   OR (SELECT count(*) FROM hits) < :limit
+
 -- name: jobs_list_dead
 -- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
 -- only when the query states its condition word for word.

@@ -17,3 +17,7 @@ CREATE TABLE throughput (
     failed    bigint NOT NULL,
     PRIMARY KEY (queue, minute)
 ) WITH (fillfactor = 50);
+
+-- The dashboard finds a job by its idempotency key, whatever its status: a partial index (one
+-- per partition) that holds only the jobs that have a key, so a job without one costs nothing.
+CREATE INDEX jobs_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;

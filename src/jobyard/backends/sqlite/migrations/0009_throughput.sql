@@ -12,3 +12,7 @@ CREATE TABLE throughput (
     failed    INTEGER NOT NULL,
     PRIMARY KEY (queue, minute)
 ) STRICT, WITHOUT ROWID;
+
+-- The dashboard finds a job by its idempotency key, whatever its status: a partial index that
+-- holds only the jobs that have a key (a job without one costs nothing here).
+CREATE INDEX jobs_key ON jobs (idempotency_key) WHERE idempotency_key IS NOT NULL;
