@@ -54,6 +54,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_cancel",
     "jobs_retry",
     "jobs_list",
+    "jobs_search",
     "jobs_purge",
     "stats_get",
     "throughput_get",

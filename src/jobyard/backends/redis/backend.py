@@ -74,7 +74,9 @@ from ..base import (
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
     LeasesReapParams,
     LeasesRenewParams,
@@ -332,6 +334,51 @@ class RedisBackend:
         ]
         found.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]), reverse=True)
         return found[params.offset : params.offset + params.limit]
+
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (a job number: the one sequence orders every queue). Each queue's
+        state index (or each of them) is walked from the cursor by a script, at most ``scan``
+        entries per walk; the walks are merged here: the next page starts at the highest number
+        where a walk stopped early, so every job above it was walked by every walk. Then the
+        hits' hashes are read in one pipeline (as ``jobs_list`` by ids)."""
+        p = params
+        if p.before is not None and not (p.before.isdigit() and len(p.before) <= 18):
+            raise ValueError(f"invalid cursor {p.before!r}")
+        if p.queue is not None:
+            queues = [p.queue] if QUEUE_RE.match(p.queue) else []
+        else:
+            queues = self.core.known_queues()
+        hits: list[tuple[int, str]] = []  # (number, queue)
+        stops: list[int] = []
+        scanned = 0
+        for names in self.core.slices(queues):
+            args = [
+                str(len(names)),
+                p.status or "",
+                p.name or "",
+                p.idempotency_key or "",
+                p.contains or "",
+                p.error_contains or "",
+                p.before or "",
+                str(p.limit),
+                str(p.scan),
+            ]
+            for row in self.core.run("jobs_search", self.core.group_keys(names), args):
+                queue = names[int(row[0]) - 1]
+                if row[1]:
+                    stops.append(int(row[1]))
+                scanned += int(row[2])
+                hits.extend((int(n), queue) for n in row[3:])
+        floor = max(stops, default=0)
+        kept = sorted((h for h in hits if h[0] >= floor), reverse=True)
+        if len(kept) > p.limit:
+            kept = kept[: p.limit]
+            cursor: str | None = str(kept[-1][0])
+        else:
+            cursor = str(floor) if stops else None
+        ids = [make_id(q, str(n)) for n, q in kept]
+        records = self._list_ids(JobsListParams(ids=ids, limit=len(ids))) if ids else []
+        return JobsPage(records, cursor, scanned)
 
     def _locate(self, job_id: str) -> tuple[str, str]:
         parsed = parse_job_id(job_id)

@@ -509,6 +509,25 @@ local function staged(k, n)
   return redis.call('EXISTS', k.stages) == 1 and in_ranges(stage_ranges(k), n)
 end
 
+-- The spans of job numbers of queue k that are not hidden, newest first, as score bounds
+-- {max, min}: all of them, or the gaps between the ranges of batches still staged (see
+-- "Staged batches" in _lib.lua).
+local function visible_spans(k)
+  if redis.call('EXISTS', k.stages) == 0 then
+    return {{'+inf', '-inf'}}
+  end
+  local ranges = stage_ranges(k)
+  table.sort(ranges, function(a, b) return a[1] > b[1] end)
+  local spans, top = {}, '+inf'
+  for _, r in ipairs(ranges) do
+    spans[#spans + 1] = {top, '(' .. int(r[2])}
+    top = '(' .. int(r[1])
+  end
+  spans[#spans + 1] = {top, '-inf'}
+  return spans
+end
+
+
 local function stage_key(k, b)
   return k.base .. 'stage:' .. b
 end
