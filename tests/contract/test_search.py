@@ -114,3 +114,27 @@ def test_a_cursor_the_store_did_not_make_is_refused(backend: Backend) -> None:
         backend.jobs_search(JobsSearchParams(before="not a cursor"))
     with pytest.raises(ValueError):
         JobsSearchParams(status="bogus")
+
+
+def test_a_purge_by_ids_deletes_only_those_jobs(backend: Backend) -> None:
+    from jobyard.backends.base import JobsPurgeParams, StatsParams
+
+    # given four failed jobs in two queues and a completed one
+    ids = insert(backend, new("a"), new("a"), new("b"), new("b"), new("a"))
+    claimed = backend.jobs_claim(JobsClaimParams("w", ["a", "b"], 5))
+    kinds = {ids[4]: "completed"}
+    backend.jobs_ack(
+        JobsAckParams([Outcome(c.id, c.token, kinds.get(c.id, "failed")) for c in claimed])
+    )
+    # when a batch of ids is purged (one unknown, one completed, one of another status filter)
+    unknown = ids[0][:-1] + "9999"
+    purged = backend.jobs_purge(JobsPurgeParams(("failed",), ids=[ids[0], ids[3], ids[4], unknown]))
+    # then only the failed jobs among them are gone, and the counts follow
+    assert purged == 2
+    left = {j.id for j in every_page(backend)[1][0].jobs}
+    assert left == {ids[1], ids[2], ids[4]}
+    counts = {s.queue: s.counts["failed"] for s in backend.stats_get(StatsParams())}
+    assert counts == {"a": 1, "b": 1}
+    # and a queue filter beside the ids still applies
+    assert backend.jobs_purge(JobsPurgeParams(("failed",), queue="a", ids=[ids[2]])) == 0
+    assert backend.jobs_purge(JobsPurgeParams(("failed",), ids=[])) == 0

@@ -562,6 +562,10 @@ class JobsPurgeParams:
     statuses: Sequence[str] = FINISHED
     older_than: float = 0.0  # seconds before now, judged by finished_at
     queue: str | None = None
+    # Only these jobs (the dead letter's bulk purge, a batch of ids at a time; unknown ids and
+    # jobs the other filters leave out are ignored); an input this frees is deleted with them
+    # only if it is among them. None: every job the other filters match.
+    ids: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         statuses = tuple(dict.fromkeys(self.statuses))

@@ -341,9 +341,12 @@ class MemoryBackend:
         with self._lock:
             limit = self._now() - params.older_than
 
+            only = None if params.ids is None else set(params.ids)
+
             def matches(r: _Row) -> bool:
                 return (
-                    r.rec.status in params.statuses
+                    (only is None or r.rec.id in only)
+                    and r.rec.status in params.statuses
                     and (params.queue is None or r.rec.queue == params.queue)
                     and r.rec.finished_at is not None
                     and r.rec.finished_at <= limit

@@ -500,13 +500,20 @@ class PostgresBackend:
         downstream of a failed or cancelled job."""
         if not params.statuses:
             return Purged()
-        args = {
+        args: dict[str, Any] = {
             "now": self.clock.now(),
             "statuses": sorted(set(params.statuses)),
             "older_than": float(params.older_than),
             "queue": params.queue,
+            "ids": None,
         }
-        steps: list[_caller.Step] = [(Q.purge_fence, None), (Q.jobs_purge, args)]
+        query = Q.jobs_purge
+        if params.ids is not None:
+            args["ids"] = [n for i in params.ids if (n := parse_numeric_id(i)) is not None]
+            if not args["ids"]:
+                return Purged()
+            query = Q.jobs_purge_ids
+        steps: list[_caller.Step] = [(Q.purge_fence, None), (query, args)]
         rows = self._run(lambda c: self._locked(c, steps))
         jobs, waiting, kept = rows[0]
         return Purged(int(jobs), int(waiting), int(kept))

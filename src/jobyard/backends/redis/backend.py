@@ -47,6 +47,7 @@ unreachable, default 20) and ``socket_timeout`` (default 30); anything else goes
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -437,9 +438,16 @@ class RedisBackend:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
             queues = self.core.known_queues()
+        only: dict[str, list[str]] | None = None
+        if params.ids is not None:  # only these jobs: the queues their ids name
+            only = {}
+            for q, n in filter(None, map(parse_job_id, params.ids)):
+                if q in queues or params.queue is None:
+                    only.setdefault(q, []).append(n)
+            queues = sorted(only)
         now = self.core.now()  # one cutoff for every batch and queue
         head = [repr(float(params.older_than)), str(PURGE_BATCH), _ttl(self.settings.result_ttl)]
-        head += [self.keys.prefix, "" if self.cluster else "1", *params.statuses]
+        head += [self.keys.prefix, "" if self.cluster else "1"]
         kept: dict[str, int] = {}  # held jobs kept, by the first queue of each call's slice
         deleted, waiting = 0, 0
         freed: set[str] = set()
@@ -447,8 +455,10 @@ class RedisBackend:
         while slices:
             for names in slices:
                 keys = self.core.group_keys(names)
+                numbers = "" if only is None else json.dumps([only.get(q, []) for q in names])
+                args = [now, str(len(names)), *head, numbers, *params.statuses]
                 while True:
-                    reply = self.core.run("jobs_purge", keys, [now, str(len(names)), *head])
+                    reply = self.core.run("jobs_purge", keys, args)
                     deleted += int(reply[0])
                     waiting += int(reply[1])
                     kept[names[0]] = int(reply[2])

@@ -405,20 +405,27 @@ class SQLiteBackend:
             return Purged()
         q = self._q
         with self._writing() as conn:
+            only = None
+            if params.ids is not None:
+                only = json.dumps(sorted({k for k in map(parse_numeric_id, params.ids) if k}))
             args = {
                 "statuses": json.dumps(statuses),
                 "older_than": params.older_than,
                 "queue": params.queue,
                 "now": self._now(conn),
+                "only": only,
             }
-            queues = (
-                [params.queue]
-                if params.queue is not None
-                else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
-            )
             rows = []
-            for queue in queues:  # one index range per queue and status (see jobs_purge)
-                rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
+            if only is not None:
+                rows = conn.execute(q["jobs_purge_ids"], args).fetchall()
+            else:
+                queues = (
+                    [params.queue]
+                    if params.queue is not None
+                    else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
+                )
+                for queue in queues:  # one index range per queue and status (see jobs_purge)
+                    rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
             # Workflows: the steps that can never run now go too, and every job deleted before
             # it completed no longer holds its inputs; those it freed go if they match.
             inputs = [r[2] for r in rows if r[1] != "completed" and r[4] > 0]

@@ -302,6 +302,17 @@ WHERE status IN (SELECT value FROM json_each(:statuses))
   AND NOT (status = 'completed' AND holds > 0)
 RETURNING queue, status, id, fanin, fanout
 
+-- name: jobs_purge_ids
+-- jobs_purge of the jobs among :only (a JSON array of ids: the dead letter's bulk purge, a batch
+-- at a time): one primary key seek each.
+DELETE FROM jobs
+WHERE id IN (SELECT value FROM json_each(:only))
+  AND status IN (SELECT value FROM json_each(:statuses))
+  AND (:queue IS NULL OR queue = :queue)
+  AND finished_at <= :now - :older_than
+  AND NOT (status = 'completed' AND holds > 0)
+RETURNING queue, status, id, fanin, fanout
+
 -- name: jobs_purge_freed
 -- The purge again, over the completed jobs among :ids (a JSON array) that it freed itself.
 DELETE FROM jobs
@@ -310,6 +321,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND holds <= 0
   AND finished_at <= :now - :older_than
   AND (:queue IS NULL OR queue = :queue)
+  AND (:only IS NULL OR id IN (SELECT value FROM json_each(:only)))
 RETURNING queue, status, id, fanin, fanout
 
 -- name: jobs_downstream
@@ -340,6 +352,7 @@ SELECT count(*) FROM jobs INDEXED BY jobs_held
 WHERE status = 'completed' AND holds > 0
   AND finished_at <= :now - :older_than
   AND (:queue IS NULL OR queue = :queue)
+  AND (:only IS NULL OR id IN (SELECT value FROM json_each(:only)))
 
 -- name: jobs_unhold
 -- The jobs of :ids (a JSON array) completed, or were deleted before they completed, in this

@@ -543,6 +543,49 @@ cancelled AS (
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
     RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
 ),
+{{_purge_rest}}
+
+-- name: jobs_purge_ids
+-- jobs_purge of the jobs among %(ids)s only (the dead letter's bulk purge, a batch at a time):
+-- each partition's DELETE probes its primary key for the ids, and the shared rest
+-- (_purge_rest) frees no input outside them. The same returns.
+WITH RECURSIVE completed AS (
+    DELETE FROM jobs_completed AS j
+    WHERE 'completed' = ANY(%(statuses)b::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND j.id = ANY(%(ids)b::int8[])
+      AND (j.holds IS NULL OR j.holds <= 0)
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+failed AS (
+    DELETE FROM jobs_failed AS j
+    WHERE 'failed' = ANY(%(statuses)b::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND j.id = ANY(%(ids)b::int8[])
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+cancelled AS (
+    DELETE FROM jobs_cancelled AS j
+    WHERE 'cancelled' = ANY(%(statuses)b::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND j.id = ANY(%(ids)b::int8[])
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+{{_purge_rest}}
+
+-- name: _purge_rest
+-- What follows the partitions' DELETEs of jobs_purge and jobs_purge_ids: the workflow steps
+-- downstream, the holds, the counts (see jobs_purge). %(ids)s: only those may be freed and
+-- counted as kept (NULL: any).
 stopped AS (
     SELECT * FROM failed UNION ALL SELECT * FROM cancelled
 ),
@@ -576,7 +619,8 @@ targets AS (
            AND j.finished_at <= coalesce(%(now)s::float8,
                                          extract(epoch FROM statement_timestamp())::float8)
                                 - %(older_than)s::float8
-           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text) AS goes
+           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+           AND (%(ids)b::int8[] IS NULL OR j.id = ANY(%(ids)b::int8[])) AS goes
     FROM jobs AS j JOIN losses AS l ON l.id = j.id
     WHERE EXISTS (SELECT 1 FROM losses)
       AND j.id = ANY(ARRAY(SELECT id FROM losses)) AND j.holds IS NOT NULL
@@ -616,6 +660,7 @@ held AS (
                                     extract(epoch FROM statement_timestamp())::float8)
                            - %(older_than)s::float8
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(ids)b::int8[] IS NULL OR j.id = ANY(%(ids)b::int8[]))
 )
 -- (unheld and counted run to completion whether read or not, as every data-modifying CTE.)
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM freed),
