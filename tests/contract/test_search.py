@@ -138,3 +138,50 @@ def test_a_purge_by_ids_deletes_only_those_jobs(backend: Backend) -> None:
     # and a queue filter beside the ids still applies
     assert backend.jobs_purge(JobsPurgeParams(("failed",), queue="a", ids=[ids[2]])) == 0
     assert backend.jobs_purge(JobsPurgeParams(("failed",), ids=[])) == 0
+
+
+def fail_all(backend: Backend, queue: str, errors: list[str], name: str = "task") -> list[str]:
+    ids = insert(backend, *(new(queue, name) for _ in errors))
+    claimed = {c.id: c for c in backend.jobs_claim(JobsClaimParams("w", [queue], len(ids)))}
+    backend.jobs_ack(
+        JobsAckParams(
+            [
+                Outcome(i, claimed[i].token, "failed", error=e)
+                for i, e in zip(ids, errors, strict=True)
+            ]
+        )
+    )
+    return ids
+
+
+def test_the_dead_letter_groups_by_queue_name_and_last_line(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    from jobyard.backends.base import DeadGroup, DeadGroupsParams, error_line
+
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\n{}\n\n  \r\n'
+    # given failures of two names in two queues, errors ending in the same and other lines
+    a = fail_all(backend, "a", [tb.format("KeyError: 'x'")] * 3)
+    clock.advance(10)
+    b = fail_all(backend, "a", [tb.format("KeyError: 'x'"), "plain  "], name="other")
+    clock.advance(10)
+    c = fail_all(backend, "b", ["\t ValueError: é  \r\n", "ValueError: é"])
+    t0 = 1_800_000_000.0
+    # when the dead letter is grouped
+    got = backend.dead_groups(DeadGroupsParams())
+    # then each group has its count, its newest and oldest finish and its newest job
+    assert got.complete and got.scanned == 7
+    assert got.groups == [
+        DeadGroup("a", "task", "KeyError: 'x'", 3, t0, t0, got.groups[0].sample_id),
+        DeadGroup("b", "task", "ValueError: é", 2, t0 + 20, t0 + 20, got.groups[1].sample_id),
+        DeadGroup("a", "other", "KeyError: 'x'", 1, t0 + 10, t0 + 10, b[0]),
+        DeadGroup("a", "other", "plain", 1, t0 + 10, t0 + 10, b[1]),
+    ]
+    assert got.groups[0].sample_id in a and got.groups[1].sample_id in c
+    assert error_line(tb.format("KeyError: 'x'")) == "KeyError: 'x'"
+    # one queue only, and a walk cut short says it is not complete
+    only_b = backend.dead_groups(DeadGroupsParams(queue="b"))
+    assert [(g.queue, g.count) for g in only_b.groups] == [("b", 2)]
+    short = backend.dead_groups(DeadGroupsParams(queue="a", scan=2))
+    assert not short.complete and short.scanned == 2
+    assert sum(g.count for g in short.groups) == 2

@@ -542,6 +542,61 @@ class JobsPage:
     scanned: int
 
 
+def error_line(error: str | None) -> str:
+    """The line a failed job's error is grouped by in the dead letter: its last line with
+    anything but spaces, tabs and carriage returns on it (a traceback's exception and message),
+    without those around it. Lines end at "\n" only, as every store splits them."""
+    if not error:
+        return ""
+    return error.rstrip(" \t\r\n").rsplit("\n", 1)[-1].strip(" \t\r")
+
+
+ERROR_TAIL = 1000  # characters of an error a store may group by (a longer last line: its end)
+
+
+def in_group(error: str | None, line: str) -> bool:
+    """Whether a failed job's error belongs to a dead-letter group of ``line``: its
+    :func:`error_line`, or (a last line longer than :data:`ERROR_TAIL`, which a store groups
+    by its end) a line that ends with it."""
+    mine = error_line(error)
+    return mine == line or (len(line) >= ERROR_TAIL // 2 and mine.endswith(line))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroupsParams:
+    """Group the dead letter: the newest ``scan`` failed jobs (of ``queue``, or of every
+    queue) by queue, name and :func:`error_line` of the error's last :data:`ERROR_TAIL`
+    characters (so a store reads no more of each error than that)."""
+
+    queue: str | None = None
+    scan: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Failed jobs of one queue and name whose errors end with the same line: how many, the
+    finished_at of the newest and the oldest, and the id of the newest."""
+
+    queue: str
+    name: str
+    error_line: str
+    count: int
+    newest: float
+    oldest: float
+    sample_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroups:
+    """What :meth:`Backend.dead_groups` found: the groups, biggest first (then newest first,
+    then by queue, name and line); how many failed jobs were walked; and whether that was every
+    failed job of the queue (or of every queue)."""
+
+    groups: list[DeadGroup]
+    scanned: int
+    complete: bool
+
+
 @dataclass(frozen=True, slots=True)
 class JobsPurgeParams:
     """Delete finished jobs. ``statuses`` may only name finished states (ValueError otherwise);
@@ -709,6 +764,28 @@ class StoreTidyParams:
     dead_fraction: float = 0.2
 
 
+def sort_groups(groups: Sequence[DeadGroup]) -> list[DeadGroup]:
+    """Groups in :class:`DeadGroups` order: biggest, then newest, then queue, name, line."""
+    return sorted(groups, key=lambda g: (-g.count, -g.newest, g.queue, g.name, g.error_line))
+
+
+def group_dead(rows: Sequence[tuple[str, str, str | None, float | None, str]]) -> list[DeadGroup]:
+    """Group walked failed jobs, ``(queue, name, error, finished_at, id)`` newest first, as
+    :meth:`Backend.dead_groups` does (a store that reads the rows and groups them here)."""
+    out: dict[tuple[str, str, str], list[Any]] = {}
+    for queue, name, error, finished, job_id in rows:
+        at = finished or 0.0
+        g = out.get(key := (queue, name, error_line((error or "")[-ERROR_TAIL:])))
+        if g is None:
+            out[key] = [1, at, at, job_id]
+        else:
+            g[0] += 1
+            if at > g[1]:
+                g[1], g[3] = at, job_id
+            g[2] = min(g[2], at)
+    return sort_groups([DeadGroup(*k, *v) for k, v in out.items()])
+
+
 # --- the protocol ------------------------------------------------------------------------------
 
 
@@ -749,6 +826,11 @@ class Backend(Protocol):
     def jobs_search(self, params: JobsSearchParams) -> JobsPage:
         """A page of jobs by cursor, newest first (see :class:`JobsSearchParams`): never by
         offset, and never walking more than ``scan`` jobs."""
+        ...
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The dead letter grouped (see :class:`DeadGroupsParams`): the newest failed jobs
+        walked newest first, never more than ``scan`` of them."""
         ...
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:

@@ -28,6 +28,8 @@ from .base import (
     THROUGHPUT_KEEP,
     THROUGHPUT_STEP,
     ClaimedJob,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobRecord,
     JobsAckParams,
@@ -60,6 +62,7 @@ from .base import (
     ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
+    group_dead,
     refuse_connection,
 )
 
@@ -282,6 +285,23 @@ class MemoryBackend:
             if scanned == p.scan:
                 return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
         return JobsPage(found, None, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs, grouped."""
+        with self._lock:
+            failed = sorted(
+                (
+                    r.rec
+                    for r in self._rows.values()
+                    if r.rec.status == "failed"
+                    and (params.queue is None or r.rec.queue == params.queue)
+                ),
+                key=lambda rec: int(rec.id),
+                reverse=True,
+            )
+        walked = failed[: params.scan]
+        rows = [(r.queue, r.name, r.error, r.finished_at, r.id) for r in walked]
+        return DeadGroups(group_dead(rows), len(walked), len(walked) == len(failed))
 
     def _row(self, job_id: str) -> _Row:
         row = self._rows.get(job_id)

@@ -39,6 +39,7 @@ class Queries:
     workers_list: str
     stats_get: str
     jobs_search: str
+    dead_groups: str
     jobs_purge_ids: str
     jobs_search_status: str
     jobs_search_key: str

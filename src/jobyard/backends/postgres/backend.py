@@ -40,10 +40,14 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     LEASE_LOST_ERROR,
     STATUSES,
     THROUGHPUT_KEEP,
     ClaimedJob,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobRecord,
     JobsAckParams,
@@ -77,6 +81,7 @@ from ..base import (
     WorkerInfo,
     WorkersBeatParams,
     bounded_delay,
+    sort_groups,
 )
 from . import _caller, _migrate
 from ._connect import Settings, is_dropped, open_pool, parse_url
@@ -455,6 +460,21 @@ class PostgresBackend:
         else:
             cursor = str(low) if scanned == p.scan else None
         return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs grouped in one statement (the failed partition's
+        primary key backwards; each error's tail only)."""
+        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        rows = self._run(lambda c: self._fetch(c, Q.dead_groups, args))
+        groups = [
+            DeadGroup(
+                r[0], r[1], r[2] or "", int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6])
+            )
+            for r in rows
+        ]
+        walked = int(rows[0][7]) if rows else 0
+        scanned = min(walked, params.scan)
+        return DeadGroups(sort_groups(groups), scanned, walked <= params.scan)
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Cancel a waiting or pending job, or record a request on a running one. Raise

@@ -55,6 +55,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_retry",
     "jobs_list",
     "jobs_search",
+    "dead_groups",
     "jobs_purge",
     "stats_get",
     "throughput_get",

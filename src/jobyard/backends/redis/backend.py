@@ -63,9 +63,13 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     LEASE_LOST_ERROR,
     STATUSES,
     ClaimedJob,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Delivery,
     Inserted,
     JobRecord,
@@ -99,6 +103,7 @@ from ..base import (
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
+    sort_groups,
 )
 from . import _admin, _insert, _schedules, consumers
 from ._connection import TRANSIENT
@@ -184,6 +189,9 @@ class _Paid:
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
     return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+DEAD_CALL = 1000  # failed jobs one dead_groups script walks (a few ms of the server's time)
 
 
 class RedisBackend:
@@ -380,6 +388,42 @@ class RedisBackend:
         ids = [make_id(q, str(n)) for n, q in kept]
         records = self._list_ids(JobsListParams(ids=ids, limit=len(ids))) if ids else []
         return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """Each queue's newest ``scan`` failed jobs (a budget per queue), walked by a script in
+        calls of :data:`DEAD_CALL` jobs and grouped by it; the calls' groups merged here."""
+        if params.queue is not None:
+            queues = [params.queue] if QUEUE_RE.match(params.queue) else []
+        else:
+            queues = self.core.known_queues()
+        merged: dict[tuple[str, str, str], list[Any]] = {}
+        scanned, complete = 0, True
+        for queue in queues:
+            cursor, left = "", params.scan
+            while left > 0:
+                args = [cursor, str(min(DEAD_CALL, left)), str(ERROR_TAIL)]
+                reply = self.core.run("dead_groups", self.keys.queue(queue), args)
+                stop, walked = reply[0], int(reply[1])
+                scanned += walked
+                left -= walked
+                for i in range(2, len(reply), 6):
+                    name, line, count, newest, oldest, n = reply[i : i + 6]
+                    at, first = float(newest), float(oldest)
+                    g = merged.get(key := (queue, name, line))
+                    if g is None:
+                        merged[key] = [int(count), at, first, make_id(queue, n)]
+                    else:
+                        g[0] += int(count)
+                        if at > g[1]:
+                            g[1], g[3] = at, make_id(queue, n)
+                        g[2] = min(g[2], first)
+                if not stop:
+                    break
+                cursor = stop
+            else:
+                complete = False
+        groups = [DeadGroup(*k, *v) for k, v in merged.items()]
+        return DeadGroups(sort_groups(groups), scanned, complete)
 
     def _locate(self, job_id: str) -> tuple[str, str]:
         parsed = parse_job_id(job_id)

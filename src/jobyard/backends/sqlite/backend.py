@@ -42,12 +42,15 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     FINISHED,
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
     THROUGHPUT_KEEP,
     ClaimedJob,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobRecord,
     JobsAckParams,
@@ -80,6 +83,7 @@ from ..base import (
     ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
+    group_dead,
     refuse_connection,
 )
 from . import _rows
@@ -346,6 +350,15 @@ class SQLiteBackend:
         else:
             cursor = str(low) if scanned == p.scan else None
         return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs through jobs_dead (each error's tail only),
+        grouped here."""
+        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        rows = self._conns.get().execute(self._q["dead_walk"], args).fetchall()
+        walked = rows[: params.scan]
+        found = [(q, n, e, f, str(i)) for q, n, e, f, i in walked]
+        return DeadGroups(group_dead(found), len(walked), len(rows) <= params.scan)
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Pending -> cancelled; running: a request recorded; JobNotFound or

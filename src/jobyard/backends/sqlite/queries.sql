@@ -202,6 +202,16 @@ SELECT count(*), 0, min(id) FROM walk
 WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
    OR (SELECT count(*) FROM hits) < :limit
 
+-- name: dead_walk
+-- The newest :scan failed jobs (of :queue), through the partial index jobs_dead, with the last
+-- :tail characters of each error: what dead_groups groups (base.group_dead). One more row than
+-- :scan tells that the walk did not reach the end.
+SELECT queue, name, substr(error, -:tail), finished_at, id FROM jobs INDEXED BY jobs_dead
+WHERE status IN ('failed', 'cancelled') AND status = 'failed'
+  AND (:queue IS NULL OR queue = :queue)
+ORDER BY id DESC
+LIMIT :scan + 1
+
 -- name: jobs_list_dead
 -- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
 -- only when the query states its condition word for word.

@@ -349,6 +349,30 @@ WITH walk AS (
 ),
 {{_search_hits}};
 
+-- name: dead_groups
+-- The dead letter grouped (Backend.dead_groups): the newest %(scan)s failed jobs (of %(queue)s),
+-- the failed partition's primary key backwards, grouped by queue, name and the last line of the
+-- error's last %(tail)s characters (base.error_line: the last line with anything but spaces,
+-- tabs and carriage returns, without those around it). Returns (queue, name, line, count,
+-- newest, oldest, id of the newest, walked): walked is one more than %(scan)s when the walk did
+-- not reach the end.
+WITH walk AS (
+    SELECT j.id, j.queue, j.name, j.finished_at, right(coalesce(j.error, ''), %(tail)s::int4) AS tail
+    FROM jobs_failed AS j
+    WHERE %(queue)s::text IS NULL OR j.queue = %(queue)s::text
+    ORDER BY j.id DESC
+    LIMIT %(scan)s::int8 + 1
+),
+lined AS (
+    SELECT w.id, w.queue, w.name, w.finished_at,
+           btrim(substring(rtrim(w.tail, E' \t\r\n') FROM E'[^\n]*$'), E' \t\r') AS line
+    FROM (SELECT * FROM walk ORDER BY id DESC LIMIT %(scan)s::int8) AS w
+)
+SELECT queue, name, line, count(*), max(finished_at), min(finished_at),
+       (array_agg(id ORDER BY finished_at DESC, id DESC))[1], (SELECT count(*) FROM walk)
+FROM lined
+GROUP BY queue, name, line;
+
 -- name: jobs_list_workflow
 -- One workflow's jobs: a backward range of the jobs_workflow index in each partition, merged
 -- newest first; the other filters apply to that range only.
