@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import views
+from .. import _bulk, views
 from .._secrets import mask_url
 from ..app import App
 from ..backends.base import STATUSES, QueueConfig, QueueStats, ThroughputParams
 from ..errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
-from ..job import Job, Status, check_name
+from ..job import Job, Status
 from ..workflow import Workflow
 
 T = TypeVar("T")
@@ -480,11 +480,7 @@ def pause_queue(app: App, name: str, paused: bool) -> None:
 
 def set_max_concurrency(app: App, name: str, value: int | None) -> None:
     """Change a queue's ``max_concurrency`` (None: unlimited), keeping its other settings."""
-    check_name("queue", name)
-    if value is not None and value < 1:
-        raise ConfigurationError(f"max_concurrency must be at least 1, got {value}")
-    stored = {q.name: q for q in app.queues()}.get(name, QueueConfig(name))
-    app.backend.queues_configure(dataclasses.replace(stored, max_concurrency=value))
+    _bulk.set_max_concurrency(app, name, value)
 
 
 def pause_schedule(app: App, name: str, paused: bool) -> None:
