@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 from .. import _bulk, views
 from .._secrets import mask_url
 from ..app import App
-from ..backends.base import STATUSES, QueueConfig, QueueStats, ThroughputParams
+from ..backends.base import (
+    STATUSES,
+    DeadGroupsParams,
+    JobsSearchParams,
+    QueueConfig,
+    QueueStats,
+    ThroughputParams,
+    error_line,
+)
 from ..errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
 from ..job import Job, Status
 from ..workflow import Workflow
@@ -29,8 +37,8 @@ from ..workflow import Workflow
 T = TypeVar("T")
 
 PAGE = 50  # jobs per page of a listing
-SCAN_MAX = 2000  # newest jobs a filter the store cannot answer looks through
-DEAD_SCAN = 5000  # newest failed jobs the dead letter groups, until the store groups them
+SCAN_MAX = 5000  # jobs one page of a filtered listing may walk (jobs_search scan)
+DEAD_SCAN = 10_000  # newest failed jobs the store groups for the dead letter page
 LIVE_TTL = 1.0  # seconds a live read is shared between the tabs that poll it
 
 
@@ -283,41 +291,50 @@ def find_job(app: App, text: str) -> Job | None:
 
 
 def find_by_key(app: App, key: str) -> list[Job]:
-    """Jobs holding idempotency key ``key``, newest first (a scan of the newest jobs until the
-    store can look a key up)."""
-    found = [j for j in app.jobs(limit=SCAN_MAX) if j.idempotency_key == key]
-    return found[:PAGE]
+    """Jobs holding idempotency key ``key``, newest first, whatever their status (one store
+    call: the key's own index on SQLite and PostgreSQL)."""
+    page = app.backend.jobs_search(JobsSearchParams(idempotency_key=key, limit=PAGE))
+    return [Job.from_record(r) for r in page.jobs]
 
 
-def _offset(cursor: str | None) -> int:
-    """The position a cursor of today's listing stands for (the store lists by offset only;
-    a cursor keeps the pages' links stable when it gains a keyset read)."""
-    if not cursor:
-        return 0
+def _needle(flt: JobFilter) -> str | None:
+    """A substring every payload the filter matches holds (the store finds it in the JSON text
+    and this module checks the match exactly): the argument's name and value as the codec
+    writes them (``"customer_id":42``), or the value alone for a position or a nested path."""
+    if flt.contains:
+        return flt.contains
+    if not flt.arg_path:
+        return None
     try:
-        value = int(cursor, 16)
-    except ValueError:
-        raise ConfigurationError(f"invalid cursor {cursor!r}") from None
-    if value < 0:
-        raise ConfigurationError(f"invalid cursor {cursor!r}")
+        value = json.dumps(flt.arg_value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    if len(flt.arg_path) == 1 and not flt.arg_path[0].isdigit():
+        return json.dumps(flt.arg_path[0], ensure_ascii=False) + ":" + value
     return value
 
 
 def list_jobs(app: App, flt: JobFilter, cursor: str | None, limit: int = PAGE) -> JobPage:
-    """A page of jobs matching ``flt``, newest first (one store call)."""
-    if flt.scans:
-        found = app.jobs(queue=flt.queue, status=flt.status, name=flt.name, limit=SCAN_MAX)
-        matched = [j for j in found if _arg_matches(j, flt)]
-        start = _offset(cursor)
-        page = matched[start : start + limit]
-        more = len(matched) > start + limit
-        return JobPage(tuple(page), format(start + limit, "x") if more else None, len(found))
-    start = _offset(cursor)
-    jobs = app.jobs(
-        queue=flt.queue, status=flt.status, name=flt.name, limit=limit + 1, offset=start
+    """A page of jobs matching ``flt``, newest first, by the store's cursor (one store call,
+    walking at most :data:`SCAN_MAX` jobs: a page of a rare argument may hold fewer jobs, and
+    says how many it looked through)."""
+    params = JobsSearchParams(
+        queue=flt.queue,
+        status=flt.status,
+        name=flt.name,
+        contains=_needle(flt),
+        before=cursor or None,
+        limit=limit,
+        scan=SCAN_MAX,
     )
-    more = len(jobs) > limit
-    return JobPage(tuple(jobs[:limit]), format(start + limit, "x") if more else None)
+    try:
+        page = app.backend.jobs_search(params)
+    except ValueError:
+        raise ConfigurationError(f"invalid cursor {cursor!r}") from None
+    jobs = [Job.from_record(r) for r in page.jobs]
+    if flt.scans:
+        jobs = [j for j in jobs if _arg_matches(j, flt)]
+    return JobPage(tuple(jobs), page.next, page.scanned if flt.scans else None)
 
 
 def _arg_matches(job: Job, flt: JobFilter) -> bool:
@@ -357,60 +374,52 @@ def job_detail(app: App, job_id: str) -> tuple[Job, Workflow | None]:
 
 
 def last_line(error: str | None) -> str:
-    """The last non-empty line of an error: the exception and its message (how the dead letter
-    groups)."""
-    if not error:
-        return ""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+    """The line the dead letter groups an error by: :func:`jobyard.backends.base.error_line`,
+    as every store groups them."""
+    return error_line(error)
 
 
-def _failed_jobs(app: App, flt: DeadFilter, limit: int) -> list[Job]:
-    jobs = app.jobs(queue=flt.queue, status="failed", name=flt.name, limit=limit)
-    return [j for j in jobs if _dead_matches(j, flt)]
-
-
-def _dead_matches(job: Job, flt: DeadFilter) -> bool:
-    if flt.error_line is not None and last_line(job.error) != flt.error_line:
-        return False
-    return not flt.contains or flt.contains in (job.error or "")
+def _bulk_filter(flt: DeadFilter) -> _bulk.DeadFilter:
+    return _bulk.DeadFilter(flt.queue, flt.name, flt.error_line, flt.contains)
 
 
 def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
-    """The failed jobs grouped by name and last error line, biggest group first (two store
-    calls: the counts and one listing of up to :data:`DEAD_SCAN` failed jobs)."""
+    """The failed jobs grouped by name and last error line, biggest group first, and the newest
+    failed jobs the filter matches (three store calls: the counts, the store's grouping of up to
+    :data:`DEAD_SCAN` failed jobs, one page of the filter's jobs)."""
     stats = app.stats((flt.queue,) if flt.queue else ())
     total = sum(s.counts.get("failed", 0) for s in stats)
-    jobs = app.jobs(queue=flt.queue, status="failed", name=flt.name, limit=DEAD_SCAN)
-    groups: dict[tuple[str, str, str], list[Job]] = {}
-    matching: list[Job] = []
-    for job in jobs:
-        if _dead_matches(job, flt):
-            if len(matching) < PAGE:
-                matching.append(job)
-            groups.setdefault((job.name, job.queue, last_line(job.error)), []).append(job)
-    out = []
-    for (name, queue, line), members in groups.items():
-        times = [(j.finished_at or j.created_at).timestamp() for j in members]
-        out.append(
-            DeadGroup(name, queue, line, len(members), max(times), min(times), members[0].id)
-        )
-    out.sort(key=lambda g: (-g.count, -g.newest))
-    complete = len(jobs) < DEAD_SCAN
-    return DeadLetter(tuple(out), total, len(jobs), complete, tuple(matching))
+    grouped = app.backend.dead_groups(DeadGroupsParams(queue=flt.queue, scan=DEAD_SCAN))
+    groups = tuple(
+        DeadGroup(g.name, g.queue, g.error_line, g.count, g.newest, g.oldest, g.sample_id)
+        for g in grouped.groups
+        if (flt.name is None or g.name == flt.name)
+        and (flt.error_line is None or g.error_line == flt.error_line)
+    )
+    matching = tuple(dead_jobs(app, flt))
+    return DeadLetter(groups, total, grouped.scanned, grouped.complete, matching)
 
 
 def dead_jobs(app: App, flt: DeadFilter, limit: int = PAGE) -> list[Job]:
-    """The newest failed jobs matching ``flt`` (one store call)."""
-    return _failed_jobs(app, flt, DEAD_SCAN)[:limit]
+    """The newest failed jobs matching ``flt`` (one store call: a page of a bounded walk)."""
+    page = app.backend.jobs_search(
+        JobsSearchParams(
+            queue=flt.queue,
+            status="failed",
+            name=flt.name,
+            error_contains=flt.contains or flt.error_line or None,
+            limit=limit,
+            scan=SCAN_MAX,
+        )
+    )
+    wanted = _bulk_filter(flt)
+    return [Job.from_record(r) for r in page.jobs if wanted.matches(r)]
 
 
-def dead_count(app: App, flt: DeadFilter) -> int:
-    """How many failed jobs ``flt`` matches (what a bulk action would touch)."""
-    if flt.name is None and flt.error_line is None and not flt.contains:
-        stats = app.stats((flt.queue,) if flt.queue else ())
-        return sum(s.counts.get("failed", 0) for s in stats)
-    return len(_failed_jobs(app, flt, DEAD_SCAN))
+def dead_count(app: App, flt: DeadFilter) -> _bulk.Count:
+    """How many failed jobs ``flt`` matches (what a bulk action would touch): exact from the
+    store's counts or groups, else a bounded walk ("at least")."""
+    return _bulk.count(app, _bulk_filter(flt))
 
 
 def workers(app: App) -> tuple[views.WorkerRow, ...]:
@@ -440,27 +449,15 @@ def retry_jobs(app: App, ids: Sequence[str]) -> tuple[int, list[str]]:
 
 
 def retry_dead(app: App, flt: DeadFilter) -> tuple[int, list[str]]:
-    """Retry every failed job ``flt`` matches, a page at a time until none is left."""
-    total, problems = 0, list[str]()
-    tried: set[str] = set()
-    while True:
-        batch = [j.id for j in _failed_jobs(app, flt, DEAD_SCAN) if j.id not in tried]
-        if not batch:
-            return total, problems
-        tried.update(batch)
-        done, more = retry_jobs(app, batch)
-        total += done
-        problems += more
+    """Retry every failed job ``flt`` matches, a batch at a time (the core's bulk move)."""
+    done = _bulk.retry(app, _bulk_filter(flt))
+    return done.done, done.problems
 
 
 def purge_dead(app: App, flt: DeadFilter) -> int:
-    """Delete every failed job of ``flt.queue`` (or of every queue). A filter on the name or the
-    error cannot be purged yet: the store deletes by status and queue only."""
-    if flt.name is not None or flt.error_line is not None or flt.contains:
-        raise ConfigurationError(
-            "purging failed jobs by name or error is not possible yet: filter by queue only"
-        )
-    return int(app.purge(("failed",), queue=flt.queue))
+    """Delete every failed job ``flt`` matches: a whole queue (or every queue) in one purge,
+    a filter by name or error a batch of ids at a time."""
+    return _bulk.purge(app, _bulk_filter(flt))
 
 
 def cancel(app: App, job_id: str, by: str) -> Job:
