@@ -185,3 +185,16 @@ def test_the_dead_letter_groups_by_queue_name_and_last_line(
     short = backend.dead_groups(DeadGroupsParams(queue="a", scan=2))
     assert not short.complete and short.scanned == 2
     assert sum(g.count for g in short.groups) == 2
+
+
+def test_short_walks_over_many_queues_miss_no_job_and_repeat_none(backend: Backend) -> None:
+    # given jobs of three queues, unevenly interleaved, some of them matching
+    jobs = [new("abc"[i % 3] if i % 5 else "a", "hit" if i % 4 else "miss") for i in range(40)]
+    ids = insert(backend, *jobs)
+    hits = [i for i, j in zip(ids, jobs, strict=True) if j.name == "hit"]
+    for scan, limit in ((3, 50), (50, 4), (2, 3)):
+        # when every page may walk only a few jobs (of each queue's index, on Redis)
+        got, pages = every_page(backend, name="hit", scan=scan, limit=limit)
+        # then every match shows exactly once, newest first, whatever the page boundaries
+        assert got == list(reversed(hits)), (scan, limit)
+        assert all(len(p.jobs) <= limit for p in pages)
