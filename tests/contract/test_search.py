@@ -101,8 +101,9 @@ def test_the_walk_is_bounded_and_goes_on_where_it_stopped(backend: Backend) -> N
     insert(backend, *(new("a", "common") for _ in range(25)))
     # when a page may walk only 10 jobs
     page = backend.jobs_search(JobsSearchParams(name="rare", scan=10))
-    # then it finds nothing yet, says how far it looked, and where to go on
-    assert page.jobs == [] and page.scanned == 10 and page.next is not None
+    # then it finds nothing yet, says how far it looked, and where to go on (Redis shares the
+    # budget between the indexes it walks)
+    assert page.jobs == [] and 0 < page.scanned <= 10 and page.next is not None
     # and following the cursor finds the match, then the end
     got, pages = every_page(backend, name="rare", scan=10)
     assert got == [target] and all(p.scanned <= 10 for p in pages) and pages[-1].next is None

@@ -510,8 +510,8 @@ class JobsSearchParams:
     JSON text) and ``error_contains`` (of the error) are checked on the jobs walked; a key alone
     is looked up in its own index (SQL; Redis walks). ``before``: the ``next`` of the previous
     page (the store's own cursor, opaque to the caller). At most ``scan`` jobs are walked per
-    call (on Redis: per queue and state index), so a filter that matches rarely costs a bounded
-    time per page and says where to go on."""
+    call (Redis shares them between the queue and state indexes it walks, at least one each),
+    so a filter that matches rarely costs a bounded time per page and says where to go on."""
 
     queue: str | None = None
     status: str | None = None

@@ -39,10 +39,13 @@ class Queries:
     workers_list: str
     stats_get: str
     jobs_search: str
+    jobs_search_end: str
     dead_groups: str
     jobs_purge_ids: str
     jobs_search_status: str
+    jobs_search_status_end: str
     jobs_search_key: str
+    jobs_search_key_end: str
     throughput_get: str
     throughput_prune: str
     clock_now: str

@@ -441,20 +441,26 @@ class PostgresBackend:
             "scan": p.scan,
         }
         if p.idempotency_key is not None:
-            query = Q.jobs_search_key
+            query, end = Q.jobs_search_key, Q.jobs_search_key_end
         elif p.status is not None:
-            query = Q.jobs_search_status
+            query, end = Q.jobs_search_status, Q.jobs_search_status_end
         else:
-            query = Q.jobs_search
-        rows = self._run(lambda c: self._fetch(c, query, args))
-        hits = [int(r[0]) for r in rows if r[1] == 1]
-        scanned, low = next((int(r[0]), r[2]) for r in rows if r[1] == 0)
-        records: list[JobRecord] = []
-        if hits:
+            query, end = Q.jobs_search, Q.jobs_search_end
+
+        def search(conn: Conn) -> tuple[list[int], Row, list[Row]]:
+            # Two round trips: the hits, then the walk's extent and the hits' records together.
+            hits = [int(r[0]) for r in self._fetch(conn, query, args)]
+            ends = {**args, "low": hits[-1] if len(hits) == p.limit else 0}
             listed: dict[str, Any] = {"ids": hits, "limit": len(hits), "offset": 0}
             listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
-            found = self._run(lambda c: self._fetch(c, Q.jobs_list_ids, listed))
-            records = [_record(r) for r in found]
+            with conn.pipeline():
+                extent = conn.execute(end, ends, prepare=True)
+                found = conn.execute(Q.jobs_list_ids, listed, prepare=True) if hits else None
+            return hits, extent.fetchall()[0], [] if found is None else found.fetchall()
+
+        hits, (scanned, low), rows = self._run(search)
+        records = [_record(r) for r in rows]
+        scanned = int(scanned)
         if len(hits) == p.limit:
             cursor: str | None = str(hits[-1])
         else:

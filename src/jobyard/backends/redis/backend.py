@@ -360,6 +360,10 @@ class RedisBackend:
         hits: list[tuple[int, str]] = []  # (number, queue)
         stops: list[int] = []
         scanned = 0
+        # One budget for the whole page, shared by every index walked (a queue's, or each of its
+        # six states'), so a page never holds the server for more than ``scan`` reads.
+        walks = max(len(queues) * (1 if p.status else len(STATUSES)), 1)
+        each = max(p.scan // walks, 1)
         for names in self.core.slices(queues):
             args = [
                 str(len(names)),
@@ -370,7 +374,7 @@ class RedisBackend:
                 p.error_contains or "",
                 p.before or "",
                 str(p.limit),
-                str(p.scan),
+                str(each),
             ]
             for row in self.core.run("jobs_search", self.core.group_keys(names), args):
                 queue = names[int(row[0]) - 1]

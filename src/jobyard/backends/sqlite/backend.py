@@ -335,17 +335,18 @@ class SQLiteBackend:
         else:
             name = "jobs_search"
         conn = self._conns.get()
-        with read(conn):
-            rows = conn.execute(self._q[name], args).fetchall()
-            hits = [r[0] for r in rows if r[1] == 1]
-            scanned, low = next((r[0], r[2]) for r in rows if r[1] == 0)
+        with read(conn):  # one snapshot: the hits, the extent of the walk, the records
+            hits = sorted((r[0] for r in conn.execute(self._q[name], args)), reverse=True)
+            full = len(hits) == p.limit
+            ends = {**args, "low": hits[-1] if full else 0}
+            scanned, low = conn.execute(self._q[name + "_end"], ends).fetchone()
             records: list[JobRecord] = []
             if hits:
                 listed = {"ids": json.dumps(hits), "limit": len(hits), "offset": 0}
                 listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
                 found = conn.execute(self._q["jobs_list_ids"], listed).fetchall()
                 records = [_rows.record(r) for r in found]
-        if len(hits) == p.limit:
+        if full:
             cursor: str | None = str(hits[-1])
         else:
             cursor = str(low) if scanned == p.scan else None

@@ -124,83 +124,91 @@ LIMIT :limit OFFSET :offset
 -- name: jobs_search
 -- A page by cursor (JobsSearchParams): the walk is the newest :scan jobs below the cursor by
 -- primary key, whatever they are (so a page costs at most :scan rows, however rare its
--- matches); the filters apply within it. Returns the hits (id, 1, NULL) newest first, then one
--- row (n, 0, low): how many jobs were walked down to the last hit of a full page, or in all, and
--- the lowest id of those (where a walk that stopped at :scan goes on).
-WITH walk AS (
+-- matches); the filters apply within it. The walk is a co-routine (a subquery with a LIMIT
+-- under a WHERE is never flattened nor materialized), so a page that fills up stops reading
+-- there; its order is the walk's. Returns the hits' ids, newest first.
+SELECT id FROM (
     SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs
     WHERE id < :before
     ORDER BY id DESC
     LIMIT :scan
-),
-hits AS (
-    SELECT id FROM walk
-    WHERE (:queue IS NULL OR queue = :queue)
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
       AND (:status IS NULL OR status = :status)
       AND (:name IS NULL OR name = :name)
       AND (:key IS NULL OR idempotency_key = :key)
       AND (:contains IS NULL OR instr(payload, :contains) > 0)
       AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_end
+-- How many jobs the walk of jobs_search went through, and the lowest id of them (where a walk
+-- that stopped at :scan goes on): ids only, down to :low (the last hit of a full page, else 0).
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs
+    WHERE id < :before AND id >= :low
     ORDER BY id DESC
-    LIMIT :limit
+    LIMIT :scan
 )
-SELECT id, 1, NULL FROM hits
-UNION ALL
-SELECT count(*), 0, min(id) FROM walk
-WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
-   OR (SELECT count(*) FROM hits) < :limit
 
 -- name: jobs_search_dead
 -- jobs_search of failed or cancelled jobs: the walk is the partial index jobs_dead (only those
 -- jobs, by id), which the planner uses only when the query states its condition word for word.
-WITH walk AS (
+SELECT id FROM (
     SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_dead
     WHERE status IN ('failed', 'cancelled') AND status = :status
       AND id < :before
     ORDER BY id DESC
     LIMIT :scan
-),
-hits AS (
-    SELECT id FROM walk
-    WHERE (:queue IS NULL OR queue = :queue)
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
       AND (:name IS NULL OR name = :name)
       AND (:key IS NULL OR idempotency_key = :key)
       AND (:contains IS NULL OR instr(payload, :contains) > 0)
       AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_dead_end
+-- jobs_search_end of jobs_search_dead.
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = :status
+      AND id < :before AND id >= :low
     ORDER BY id DESC
-    LIMIT :limit
+    LIMIT :scan
 )
-SELECT id, 1, NULL FROM hits
-UNION ALL
-SELECT count(*), 0, min(id) FROM walk
-WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
-   OR (SELECT count(*) FROM hits) < :limit
 
 -- name: jobs_search_key
 -- jobs_search with an idempotency key: the walk is the partial index jobs_key (the jobs of that
 -- key, whatever their status), by id.
-WITH walk AS (
+SELECT id FROM (
     SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_key
     WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
       AND id < :before
     ORDER BY id DESC
     LIMIT :scan
-),
-hits AS (
-    SELECT id FROM walk
-    WHERE (:queue IS NULL OR queue = :queue)
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
       AND (:status IS NULL OR status = :status)
       AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
       AND (:contains IS NULL OR instr(payload, :contains) > 0)
       AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_key_end
+-- jobs_search_end of jobs_search_key.
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs INDEXED BY jobs_key
+    WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
+      AND id < :before AND id >= :low
     ORDER BY id DESC
-    LIMIT :limit
+    LIMIT :scan
 )
-SELECT id, 1, NULL FROM hits
-UNION ALL
-SELECT count(*), 0, min(id) FROM walk
-WHERE id >= CASE WHEN (SELECT count(*) FROM hits) = :limit THEN (SELECT min(id) FROM hits) END
-   OR (SELECT count(*) FROM hits) < :limit
 
 -- name: dead_walk
 -- The newest :scan failed jobs (of :queue), through the partial index jobs_dead, with the last

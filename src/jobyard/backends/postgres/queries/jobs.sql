@@ -284,70 +284,98 @@ WHERE status = %(status)s::text
 ORDER BY id DESC
 LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 
--- name: _search_hits
--- The end of every jobs_search statement, after its `walk` CTE (the newest %(scan)s jobs below
--- the cursor in the walk's own index): the filters apply within the walk. Returns the hits
--- (id, 1, NULL) newest first, then one row (n, 0, low): how many jobs were walked down to the
--- last hit of a full page, or in all, and the lowest id of those (where a walk that stopped at
--- %(scan)s goes on).
-hits AS (
-    SELECT id FROM walk
-    WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(status)s::text IS NULL OR status = %(status)s::text)
-      AND (%(name)s::text IS NULL OR name = %(name)s::text)
-      AND (%(key)s::text IS NULL OR idempotency_key = %(key)s::text)
-      AND (%(contains)s::text IS NULL OR strpos(payload, %(contains)s::text) > 0)
-      AND (%(error_contains)s::text IS NULL
-           OR strpos(coalesce(error, ''), %(error_contains)s::text) > 0)
-    ORDER BY id DESC
-    LIMIT %(limit)s::int8
-),
-full_page AS (
-    SELECT CASE WHEN count(*) = %(limit)s::int8 THEN min(id) END AS last FROM hits
-)
-SELECT id, 1, NULL::int8 FROM hits
-UNION ALL
-SELECT count(*), 0, min(w.id)
-FROM walk AS w, full_page AS f
-WHERE f.last IS NULL OR w.id >= f.last
+-- name: _search_filters
+-- The filters of every jobs_search statement, checked on the jobs its walk `w` reads.
+(%(queue)s::text IS NULL OR w.queue = %(queue)s::text)
+  AND (%(status)s::text IS NULL OR w.status = %(status)s::text)
+  AND (%(name)s::text IS NULL OR w.name = %(name)s::text)
+  AND (%(key)s::text IS NULL OR w.idempotency_key = %(key)s::text)
+  AND (%(contains)s::text IS NULL OR strpos(w.payload, %(contains)s::text) > 0)
+  AND (%(error_contains)s::text IS NULL
+       OR strpos(coalesce(w.error, ''), %(error_contains)s::text) > 0)
 
 -- name: jobs_search
 -- A page by cursor (JobsSearchParams), every status: the walk is a merge of the partitions'
 -- primary keys backwards from the cursor (a range: the caller sends the largest id for none,
 -- never NULL, so a generic plan still seeks), cut at %(scan)s rows whatever they are, so a page
--- costs at most that many rows however rare its matches.
-WITH walk AS (
+-- costs at most that many rows however rare its matches; the walk is pulled only until the
+-- page is full (a subquery, not a CTE read twice). Returns the hits' ids, newest first.
+SELECT w.id
+FROM (
     SELECT id, queue, status, name, idempotency_key, payload, error
     FROM jobs
     WHERE id < %(before)s::int8
     ORDER BY id DESC
     LIMIT %(scan)s::int8
-),
-{{_search_hits}};
+) AS w
+WHERE {{_search_filters}}
+ORDER BY w.id DESC
+LIMIT %(limit)s::int8;
+
+-- name: jobs_search_end
+-- How many jobs the walk of jobs_search went through, and the lowest id of them (where a walk
+-- that stopped at %(scan)s goes on): the primary keys only (an index-only range), down to
+-- %(low)s (the last hit of a full page, else 0).
+SELECT count(*), min(w.id)
+FROM (
+    SELECT id
+    FROM jobs
+    WHERE id < %(before)s::int8 AND id >= %(low)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w;
 
 -- name: jobs_search_status
 -- jobs_search of one status: a plain `status = $n` prunes the other partitions (see
 -- jobs_list_status), and the walk is that partition's primary key backwards.
-WITH walk AS (
+SELECT w.id
+FROM (
     SELECT id, queue, status, name, idempotency_key, payload, error
     FROM jobs
     WHERE status = %(status)s::text AND id < %(before)s::int8
     ORDER BY id DESC
     LIMIT %(scan)s::int8
-),
-{{_search_hits}};
+) AS w
+WHERE {{_search_filters}}
+ORDER BY w.id DESC
+LIMIT %(limit)s::int8;
+
+-- name: jobs_search_status_end
+-- jobs_search_end of jobs_search_status.
+SELECT count(*), min(w.id)
+FROM (
+    SELECT id
+    FROM jobs
+    WHERE status = %(status)s::text AND id < %(before)s::int8 AND id >= %(low)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w;
 
 -- name: jobs_search_key
 -- jobs_search with an idempotency key: the walk is the partial index jobs_key of each partition
 -- (the jobs that have that key, whatever their status).
-WITH walk AS (
+SELECT w.id
+FROM (
     SELECT id, queue, status, name, idempotency_key, payload, error
     FROM jobs
     WHERE idempotency_key = %(key)s::text AND id < %(before)s::int8
     ORDER BY id DESC
     LIMIT %(scan)s::int8
-),
-{{_search_hits}};
+) AS w
+WHERE {{_search_filters}}
+ORDER BY w.id DESC
+LIMIT %(limit)s::int8;
+
+-- name: jobs_search_key_end
+-- jobs_search_end of jobs_search_key.
+SELECT count(*), min(w.id)
+FROM (
+    SELECT id
+    FROM jobs
+    WHERE idempotency_key = %(key)s::text AND id < %(before)s::int8 AND id >= %(low)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w;
 
 -- name: dead_groups
 -- The dead letter grouped (Backend.dead_groups): the newest %(scan)s failed jobs (of %(queue)s),
