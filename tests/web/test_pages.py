@@ -229,6 +229,7 @@ def test_overview_charts_the_stored_history_and_the_oldest_pending_wait(
     rows = {q.name: q for q in data.queues}
     assert sum(b.completed for b in rows["pausable"].history) == 3
     assert rows["flaky"].failed_last_minute == 1 and rows["pausable"].failed_last_minute == 0
+    assert rows["pausable"].completed_last_minute == 3  # from the history, not a count of jobs
     # and the queue with a due pending job tells how long it has waited; the others none
     assert rows["canary"].oldest_pending_age is not None and rows["canary"].oldest_pending_age < 60
     assert rows["pausable"].oldest_pending_age is None

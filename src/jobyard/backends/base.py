@@ -575,7 +575,8 @@ class DeadGroupsParams:
 @dataclass(frozen=True, slots=True)
 class DeadGroup:
     """Failed jobs of one queue and name whose errors end with the same line: how many, the
-    finished_at of the newest and the oldest, and the id of the newest."""
+    latest and the earliest finished_at, and ``sample_id``, the id of the group's newest job
+    (the last enqueued: the first a listing shows)."""
 
     queue: str
     name: str
@@ -674,9 +675,12 @@ class WorkersBeatParams:
 
 @dataclass(frozen=True, slots=True)
 class StatsParams:
-    """Which queues to count (empty: all)."""
+    """Which queues to count (empty: all). ``recent`` False: ``completed_last_minute`` may be
+    left 0 (a store that counts the last minute's jobs skips it: the dashboard reads the
+    throughput history instead, which costs the same however busy the minute was)."""
 
     queues: Sequence[str] = field(default_factory=tuple)
+    recent: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -777,11 +781,10 @@ def group_dead(rows: Sequence[tuple[str, str, str | None, float | None, str]]) -
         at = finished or 0.0
         g = out.get(key := (queue, name, error_line((error or "")[-ERROR_TAIL:])))
         if g is None:
-            out[key] = [1, at, at, job_id]
+            out[key] = [1, at, at, job_id]  # the first walked: the newest job
         else:
             g[0] += 1
-            if at > g[1]:
-                g[1], g[3] = at, job_id
+            g[1] = max(g[1], at)
             g[2] = min(g[2], at)
     return sort_groups([DeadGroup(*k, *v) for k, v in out.items()])
 

@@ -27,6 +27,7 @@ from ..backends.base import (
     JobsSearchParams,
     QueueConfig,
     QueueStats,
+    StatsParams,
     ThroughputParams,
     error_line,
 )
@@ -201,22 +202,25 @@ def queue_names(app: App, stats: Sequence[QueueStats] | None = None) -> list[str
 
 def history(
     app: App, since: float, step: int, now: float
-) -> tuple[dict[str | None, tuple[Bucket, ...]], dict[str, int]]:
+) -> tuple[dict[str | None, tuple[Bucket, ...]], dict[str, tuple[int, int]]]:
     """Completed and failed jobs per ``step`` seconds over the last ``since`` seconds, per queue
     and (key None) in all, oldest first, every bucket present (zero where nothing ended); and
-    per queue the jobs failed in the last 60 seconds. One store call: the store's throughput
+    per queue the jobs completed and failed in the last 60 seconds (the minute under way, and
+    the share of the one before still in them). One store call: the store's throughput
     history, kept per minute, summed here."""
     minutes = app.backend.throughput_get(ThroughputParams(since=max(since, 120.0)))
     last = int(now // step) * step
     starts = [float(last - i * step) for i in range(max(int(since // step), 1) - 1, -1, -1)]
     first = starts[0]
     sums: dict[str | None, dict[float, list[int]]] = {None: {}}
-    failed: dict[str, float] = {}
+    recent: dict[str, list[float]] = {}
     for m in minutes:
         # the last 60 s: the minute under way, and the share of the one before still in them
         share = min(max((m.minute + 60 - (now - 60)) / 60, 0.0), 1.0)
         if share:
-            failed[m.queue] = failed.get(m.queue, 0.0) + m.failed * share
+            per = recent.setdefault(m.queue, [0.0, 0.0])
+            per[0] += m.completed * share
+            per[1] += m.failed * share
         if m.minute < first:
             continue
         start = float(int(m.minute // step) * step)
@@ -227,7 +231,7 @@ def history(
     series = {
         key: tuple(Bucket(t, *per.get(t, (0, 0))) for t in starts) for key, per in sums.items()
     }
-    return series, {q: round(n) for q, n in failed.items()}
+    return series, {q: (round(c), round(f)) for q, (c, f) in recent.items()}
 
 
 def oldest_pending(stats: Sequence[QueueStats], now: float) -> dict[str, float]:
@@ -241,14 +245,16 @@ def oldest_pending(stats: Sequence[QueueStats], now: float) -> dict[str, float]:
 
 
 def overview(app: App, chart_queue: str | None, since: float, step: int) -> Overview:
-    """The overview's data: five store calls (stats, queue settings, workers, clock, history)."""
-    stats = app.stats()
+    """The overview's data: five store calls (stats, queue settings, workers, clock, history).
+    The last minute's completions come from the history, not from a count of the minute's jobs
+    (which grows with the rate: 300,000 rows at 5,000 jobs/s)."""
+    stats = app.backend.stats_get(StatsParams(recent=False))
     configs = {c.name: c for c in app.queues()}
     by_queue = {s.queue: s for s in stats}
     names = sorted(set(by_queue) | set(configs) | {f.opts.queue for f in app.registry.values()})
     workers = len(app.workers())
     now = app.backend.clock_now()
-    hist, failed = history(app, since, step, now)
+    hist, last_minute = history(app, since, step, now)
     ages = oldest_pending(stats, now)
     rows = []
     totals = dict.fromkeys(STATUSES, 0)
@@ -259,13 +265,13 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
             totals[s] += n
         cfg = configs.get(name)
         series = hist.get(name) or tuple(Bucket(b.start, 0, 0) for b in hist[None])
-        last_failed = failed.get(name, 0)
+        done_last, failed_last = last_minute.get(name, (0, 0))
         rows.append(
             QueueView(
                 name=name,
                 counts=counts,
-                completed_last_minute=st.completed_last_minute if st else 0,
-                failed_last_minute=last_failed,
+                completed_last_minute=done_last,
+                failed_last_minute=failed_last,
                 oldest_pending_age=ages.get(name),
                 paused=cfg is not None and cfg.paused,
                 max_concurrency=None if cfg is None else cfg.max_concurrency,

@@ -749,7 +749,7 @@ class PostgresBackend:
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
-        args = {"now": self.clock.now(), "queues": list(params.queues)}
+        args = {"now": self.clock.now(), "queues": list(params.queues), "recent": params.recent}
         rows = self._run(lambda c: self._fetch(c, Q.stats_get, args))
         counts: dict[str, dict[str, int]] = {}
         recent: dict[str, int] = {}

@@ -414,12 +414,11 @@ class RedisBackend:
                     name, line, count, newest, oldest, n = reply[i : i + 6]
                     at, first = float(newest), float(oldest)
                     g = merged.get(key := (queue, name, line))
-                    if g is None:
+                    if g is None:  # the calls walk newest first: the first call's sample stays
                         merged[key] = [int(count), at, first, make_id(queue, n)]
                     else:
                         g[0] += int(count)
-                        if at > g[1]:
-                            g[1], g[3] = at, make_id(queue, n)
+                        g[1] = max(g[1], at)
                         g[2] = min(g[2], first)
                 if not stop:
                     break

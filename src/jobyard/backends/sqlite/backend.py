@@ -784,7 +784,7 @@ class SQLiteBackend:
                 counts.setdefault(name, dict.fromkeys(STATUSES, 0))
             names = sorted(counts)
             at = {"names": json.dumps(names), "now": self.clock.now()}
-            recent = dict(conn.execute(q["stats_recent"], at).fetchall())
+            recent = dict(conn.execute(q["stats_recent"], at).fetchall()) if params.recent else {}
             oldest = dict(conn.execute(q["stats_oldest"], at).fetchall())
         return [
             QueueStats(name, counts[name], recent.get(name, 0), oldest.get(name)) for name in names

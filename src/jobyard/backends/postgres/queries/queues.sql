@@ -45,6 +45,7 @@ FROM jobyard_completed_since(
     coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) - 60,
     %(queues)b::text[]
 ) AS r
+WHERE %(recent)s::bool  -- a one-time filter: not asked, the function never runs
 UNION ALL
 -- The oldest due pending job of each queue, as its run_at in micro-seconds (the column is a
 -- count): a skip scan of the claim index, one probe per (queue, priority) level holding

@@ -6,8 +6,8 @@
 -- Touches: nothing (reads the failed index and the walked job hashes' name, error and
 --          finished_at). The caller walks a queue in calls of a bounded size, so no call holds
 --          the server for long, and merges the groups.
--- Returns: {stop, walked, then 6 strings per group: name, line, count, newest finished_at,
---          oldest, number of the newest}; stop is the last number walked when entries may be
+-- Returns: {stop, walked, then 6 strings per group: name, line, count, latest finished_at,
+--          earliest, number of the newest job (the first walked)}; stop is the last number walked when entries may be
 --          left, "" when the walk reached the end.
 --
 -- The line (base.error_line): the last line with anything but spaces, tabs and carriage
@@ -44,7 +44,7 @@ for i = 1, walked do
   end
   g.count = g.count + 1
   if at > g.newest then
-    g.newest, g.sample = at, n
+    g.newest = at
   end
   if at < g.oldest then
     g.oldest = at
