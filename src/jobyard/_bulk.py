@@ -22,6 +22,7 @@ from .backends.base import (
     JobsPurgeParams,
     JobsSearchParams,
     QueueConfig,
+    StatsParams,
     in_group,
 )
 from .errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
@@ -102,7 +103,8 @@ def count(app: App, flt: DeadFilter) -> Count:
     for a whole queue, its dead-letter groups when they cover every failed job, else a walk of
     at most :data:`COUNT_WALK` jobs."""
     if flt.everything:
-        stats = app.stats((flt.queue,) if flt.queue else ())
+        queues = (flt.queue,) if flt.queue else ()
+        stats = app.backend.stats_get(StatsParams(queues, recent=False))
         return Count(sum(s.counts.get("failed", 0) for s in stats))
     if not flt.contains:
         grouped = app.backend.dead_groups(DeadGroupsParams(queue=flt.queue))

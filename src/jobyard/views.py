@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ._secrets import mask_url
 from .app import App
-from .backends.base import STATUSES, QueueConfig, QueueStats, Schedule, StoreInfo
+from .backends.base import STATUSES, QueueConfig, QueueStats, Schedule, StatsParams, StoreInfo
 from .job import Job
 from .retry import Backoff
 from .workflow import Workflow
@@ -204,7 +204,8 @@ def _running_by_worker(
     app: App, stats: dict[str, QueueStats] | None
 ) -> dict[str, list[Job]] | None:
     """The running jobs by worker id; None past :data:`MAX_RUNNING_LISTED` of them."""
-    stats = {s.queue: s for s in app.stats()} if stats is None else stats
+    if stats is None:  # the counts only (no count of the last minute's completions)
+        stats = {s.queue: s for s in app.backend.stats_get(StatsParams(recent=False))}
     total = sum(s.counts.get("running", 0) for s in stats.values())
     if total > MAX_RUNNING_LISTED:
         return None

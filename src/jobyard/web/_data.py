@@ -195,7 +195,9 @@ def store_view(app: App) -> StoreView:
 
 def queue_names(app: App, stats: Sequence[QueueStats] | None = None) -> list[str]:
     """Every queue with jobs, settings, or a job of the app using it (two store calls)."""
-    names = {s.queue for s in (app.stats() if stats is None else stats)}
+    if stats is None:  # the counts only: no count of the last minute's jobs
+        stats = app.backend.stats_get(StatsParams(recent=False))
+    names = {s.queue for s in stats}
     names |= {c.name for c in app.queues()} | {jf.opts.queue for jf in app.registry.values()}
     return sorted(names)
 
@@ -393,7 +395,8 @@ def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
     """The failed jobs grouped by name and last error line, biggest group first, and the newest
     failed jobs the filter matches (three store calls: the counts, the store's grouping of up to
     :data:`DEAD_SCAN` failed jobs, one page of the filter's jobs)."""
-    stats = app.stats((flt.queue,) if flt.queue else ())
+    queues = (flt.queue,) if flt.queue else ()
+    stats = app.backend.stats_get(StatsParams(queues, recent=False))
     total = sum(s.counts.get("failed", 0) for s in stats)
     grouped = app.backend.dead_groups(DeadGroupsParams(queue=flt.queue, scan=DEAD_SCAN))
     groups = tuple(
