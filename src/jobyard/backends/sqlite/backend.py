@@ -49,6 +49,7 @@ from ..base import (
     STATUSES,
     THROUGHPUT_KEEP,
     ClaimedJob,
+    DeadGroup,
     DeadGroups,
     DeadGroupsParams,
     Inserted,
@@ -83,8 +84,8 @@ from ..base import (
     ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
-    group_dead,
     refuse_connection,
+    sort_groups,
 )
 from . import _rows
 from ._connection import Connections, parse_url, read, write
@@ -353,13 +354,15 @@ class SQLiteBackend:
         return JobsPage(records, cursor, scanned)
 
     def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
-        """The newest ``scan`` failed jobs through jobs_dead (each error's tail only),
-        grouped here."""
+        """The newest ``scan`` failed jobs through jobs_dead, grouped in one statement."""
         args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
-        rows = self._conns.get().execute(self._q["dead_walk"], args).fetchall()
-        walked = rows[: params.scan]
-        found = [(q, n, e, f, str(i)) for q, n, e, f, i in walked]
-        return DeadGroups(group_dead(found), len(walked), len(rows) <= params.scan)
+        rows = self._conns.get().execute(self._q["dead_groups"], args).fetchall()
+        groups = [
+            DeadGroup(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6]))
+            for r in rows
+        ]
+        walked = int(rows[0][7]) if rows else 0
+        return DeadGroups(sort_groups(groups), min(walked, params.scan), walked <= params.scan)
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Pending -> cancelled; running: a request recorded; JobNotFound or

@@ -210,15 +210,24 @@ SELECT count(*), min(id) FROM (
     LIMIT :scan
 )
 
--- name: dead_walk
--- The newest :scan failed jobs (of :queue), through the partial index jobs_dead, with the last
--- :tail characters of each error: what dead_groups groups (base.group_dead). One more row than
--- :scan tells that the walk did not reach the end.
-SELECT queue, name, substr(error, -:tail), finished_at, id FROM jobs INDEXED BY jobs_dead
-WHERE status IN ('failed', 'cancelled') AND status = 'failed'
-  AND (:queue IS NULL OR queue = :queue)
-ORDER BY id DESC
-LIMIT :scan + 1
+-- name: dead_groups
+-- The dead letter grouped (Backend.dead_groups): the newest :scan failed jobs (of :queue),
+-- through the partial index jobs_dead, grouped by queue, name and the line of base.error_line
+-- of each error's last :tail characters (jobyard_error_line, a function of the connection:
+-- _connection.py). Returns (queue, name, line, count, latest, earliest finished_at, the
+-- newest job's id, walked); walked is one more than :scan when the walk did not reach the end.
+WITH walk AS (
+    SELECT id, queue, name, finished_at, error FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = 'failed'
+      AND (:queue IS NULL OR queue = :queue)
+    ORDER BY id DESC
+    LIMIT :scan + 1
+)
+SELECT queue, name, jobyard_error_line(CAST(substr(error, -:tail) AS BLOB)) AS line, count(*),
+       max(finished_at), min(finished_at), max(id), (SELECT count(*) FROM walk)
+FROM walk
+WHERE (SELECT count(*) FROM walk) <= :scan OR id > (SELECT min(id) FROM walk)
+GROUP BY queue, name, line
 
 -- name: jobs_list_dead
 -- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
