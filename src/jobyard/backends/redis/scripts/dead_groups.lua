@@ -19,6 +19,33 @@ local top = ARGV[1] == '' and '+inf' or '(' .. ARGV[1]
 local budget = tonumber(ARGV[2])
 local tail = tonumber(ARGV[3])
 
+-- The line by plain scans (a pattern anchored with "$" is tried from every position: 0.3 ms a
+-- traceback): the end's blanks dropped, then what follows the last "\n", trimmed.
+local function last_line(err)
+  local e = #err
+  while e > 0 do
+    local c = string.byte(err, e)
+    if c ~= 32 and c ~= 9 and c ~= 13 and c ~= 10 then
+      break
+    end
+    e = e - 1
+  end
+  local s, p = 0, string.find(err, '\n', 1, true)
+  while p and p <= e do
+    s = p
+    p = string.find(err, '\n', p + 1, true)
+  end
+  local b = s + 1
+  while b <= e do
+    local c = string.byte(err, b)
+    if c ~= 32 and c ~= 9 and c ~= 13 then
+      break
+    end
+    b = b + 1
+  end
+  return string.sub(err, b, e)
+end
+
 local ns = redis.call('ZREVRANGEBYSCORE', k.failed, top, '-inf', 'LIMIT', 0, budget + 1)
 local groups, order = {}, {}
 local walked = math.min(#ns, budget)
@@ -30,9 +57,7 @@ for i = 1, walked do
     err = string.sub(err, -tail)
     err = string.gsub(err, '^[\128-\191]+', '') -- no half of a character
   end
-  err = string.gsub(err, '[ \t\r\n]+$', '')
-  local line = string.match(err, '([^\n]*)$') or ''
-  line = string.gsub(string.gsub(line, '^[ \t\r]+', ''), '[ \t\r]+$', '')
+  local line = last_line(err)
   local name = f[1] or ''
   local at = tonumber(f[3]) or 0
   local id = name .. '\0' .. line
