@@ -47,43 +47,13 @@ FROM jobyard_completed_since(
 ) AS r
 WHERE %(recent)s::bool  -- a one-time filter: not asked, the function never runs
 UNION ALL
--- The oldest due pending job of each queue, as its run_at in micro-seconds (the column is a
--- count): a skip scan of the claim index, one probe per (queue, priority) level holding
--- pending jobs (the next level: a lower priority of the same queue, else the next queue),
--- then the first entry of each level, its smallest run_at. Never a scan of the pending jobs.
-SELECT o.queue, 'oldest', (min(o.first) * 1000000)::int8
-FROM (
-    WITH RECURSIVE levels (queue, p) AS (
-        (SELECT j.queue, j.priority FROM jobs_pending AS j
-         WHERE cardinality(%(queues)b::text[]) = 0 OR j.queue = ANY(%(queues)b::text[])
-         ORDER BY j.queue, j.priority DESC
-         LIMIT 1)
-        UNION ALL
-        SELECT n.queue, n.priority
-        FROM levels AS l CROSS JOIN LATERAL (
-            (SELECT j.queue, j.priority FROM jobs_pending AS j
-             WHERE j.queue = l.queue AND j.priority < l.p
-             ORDER BY j.queue, j.priority DESC
-             LIMIT 1)
-            UNION ALL
-            (SELECT j.queue, j.priority FROM jobs_pending AS j
-             WHERE j.queue > l.queue
-               AND (cardinality(%(queues)b::text[]) = 0 OR j.queue = ANY(%(queues)b::text[]))
-             ORDER BY j.queue, j.priority DESC
-             LIMIT 1)
-            LIMIT 1
-        ) AS n
-    )
-    SELECT l.queue, (
-        SELECT j.run_at FROM jobs_pending AS j
-        WHERE j.queue = l.queue AND j.priority = l.p
-        ORDER BY j.queue, j.priority DESC, j.run_at
-        LIMIT 1
-    ) AS first
-    FROM levels AS l
-) AS o
-WHERE o.first <= coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
-GROUP BY o.queue;
+-- The oldest due pending job of each queue, as its run_at in microseconds (the column is a
+-- count): a skip scan of the claim index in jobyard_oldest_pending (0008_throughput.sql).
+SELECT o.queue, 'oldest', (o.run_at * 1000000)::int8
+FROM jobyard_oldest_pending(
+    %(queues)b::text[],
+    coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+) AS o;
 
 -- name: throughput_get
 -- The minutes that end after now - since, by queue then minute: a range of the primary key.
