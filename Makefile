@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The dashboard's browser tests use Debian's chromium (.ci/services); Playwright never downloads one.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test lint typecheck services bench clean install-check
+.PHONY: demo test lint typecheck services bench clean install-check docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ typecheck: $(STAMP)
 test: $(STAMP) services lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider
 
+# The user guide (mkdocs.yml) into site/: strict, so a broken link or a page missing fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # `pip install jobyard` without extras, then with each store's extra, in fresh venvs (.ci/run).
 install-check:
 	bash .ci/install-check
@@ -48,4 +52,4 @@ bench-compare: $(STAMP) services
 	$(BIN)/python bench/compare.py --store postgres
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache jobyard.db*
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache jobyard.db* site

@@ -175,6 +175,27 @@ def _app(ref: str, *, check: bool = True) -> App:
     show_default=True,
 )
 @click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: human-readable lines; json: one JSON object per line (job lines with the job's"
+    " id, name, queue, attempt, outcome, duration, error, worker and workflow).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (e.g. 9108; needs prometheus-client, in the"
+    " metrics or web extra). With --processes, the sum over the processes.",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics port binds.",
+)
+@click.option(
     "--reload",
     is_flag=True,
     help="Restart the worker when a Python file of APP's package changes (development only;"
@@ -192,6 +213,9 @@ def worker(
     retention: float | None,
     pin: bool,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
     reload: bool,
 ) -> None:
     """Run jobs of APP until SIGINT or SIGTERM.
@@ -202,11 +226,13 @@ def worker(
     for value, label in ((poll_interval, "--poll-interval"), (reap_interval, "--reap-interval")):
         if value <= 0:
             raise click.BadParameter("must be more than 0", param_hint=label)
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    from . import _logjson
+
+    _logjson.configure(log_level.upper(), log_format)
+    if metrics_port is not None:
+        from ._extras import require
+
+        require("metrics", "prometheus_client")
     if reload:
         from ._reload import run_reloading
 
@@ -221,6 +247,9 @@ def worker(
             "reap-interval": reap_interval,
             "retention": retention,
             "log-level": log_level,
+            "log-format": log_format,
+            "metrics-port": metrics_port,
+            "metrics-host": metrics_host,
         }
         args = [f"--queue={q}" for q in queues]
         args += [f"--{k}={v}" for k, v in given.items() if v is not None]
@@ -245,6 +274,11 @@ def worker(
             options["cpu"] = pick_cpu()
         runner = app.worker(**options)  # opens the store: a bad one fails here, on one line
         log.info("store %s", mask_url(app.url))
+        if metrics_port is not None:
+            from .web import metrics
+
+            metrics.serve(metrics.registry_for(app), metrics_port, metrics_host)
+            log.info("metrics on http://%s:%d/metrics", metrics_host, metrics_port)
         runner.run()
         return
     from .worker.supervisor import run_processes
@@ -254,7 +288,16 @@ def worker(
     app.close()
     if pin:
         pick_cpu(0)  # fail here, once, where pinning is not supported
-    code = run_processes(app_ref, processes, log_level=log_level.upper(), pin=pin, **options)
+    code = run_processes(
+        app_ref,
+        processes,
+        log_level=log_level.upper(),
+        pin=pin,
+        log_format=log_format,
+        metrics=None if metrics_port is None else (metrics_host, metrics_port),
+        app=app,
+        **options,
+    )
     if code:
         sys.exit(code)
 
@@ -706,8 +749,12 @@ def queue_cmd(
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.argument("job_id", metavar="[ID]", required=False)
-@click.option("--queue", default=None, help="Cancel every pending job of this queue.")
-@click.option("--name", default=None, help="Cancel every pending job of this name.")
+@click.option(
+    "--queue", default=None, help="Cancel every job of this queue not started (waiting steps too)."
+)
+@click.option(
+    "--name", default=None, help="Cancel every job of this name not started (waiting steps too)."
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be cancelled; change nothing.")
 @click.option("--by", default=None, help="Who asks (recorded with the job; free text).")
 @click.option("--workflow", is_flag=True, help="Cancel the whole chain or group job ID belongs to.")
@@ -720,7 +767,8 @@ def cancel(
     by: str | None,
     workflow: bool,
 ) -> None:
-    """Cancel job ID, or every pending job of --queue and/or --name.
+    """Cancel job ID, or every job of --queue and/or --name that has not started: the pending
+    ones and the workflow steps still waiting for their inputs.
 
     A running job ID gets a cancellation request: its worker stops it at its next lease
     renewal (a sync handler only if it looks at current_job().cancel_requested). A cancelled
@@ -751,7 +799,7 @@ def cancel(
         _echo(found)
     what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
     verb = "would cancel" if dry_run else "cancelled"
-    _echo(f"{verb} {len(ids)} pending job(s) of {what}", err=True)
+    _echo(f"{verb} {len(ids)} pending or waiting job(s) of {what}", err=True)
 
 
 @cli.command()

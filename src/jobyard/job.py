@@ -255,8 +255,11 @@ class JobOptions:
             run_at=self.run_at,
             max_attempts=self.max_attempts,
             backoff=None if self.backoff is None else self.backoff.to_json(),
-            timeout=self.timeout,
-            lease=self.lease,
+            # Seconds as floats whatever the caller wrote (``timeout=30``): a store that keeps
+            # values as given (memory://) would hand back an int, which the worker's record
+            # check takes for a corrupt record.
+            timeout=None if self.timeout is None else float(self.timeout),
+            lease=float(self.lease),
             delivery=self.delivery,
             idempotency_key=self.idempotency_key,
             parent_id=self.parent_id,

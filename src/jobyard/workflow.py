@@ -138,7 +138,7 @@ class _Batch:
         fed_args = sig.args if takes is None else (None, *sig.args)
         fn.check_call(fed_args, sig.kwargs)
         new = opts.new_job(sig.args, sig.kwargs)
-        payload = encode_step(new.payload, at, feed)
+        payload = encode_step(new.payload, at, feed, self.workflow_id)
         self.jobs.append(
             replace(new, payload=payload, workflow_id=self.workflow_id, after=tuple(after))
         )

@@ -64,6 +64,21 @@ def test_enqueue_many_and_by_name(make_app: Callable[..., jobyard.App]) -> None:
     assert seen[:20] == list(range(20))  # enqueue order
 
 
+def test_whole_seconds_as_ints_run(make_app: Callable[..., jobyard.App]) -> None:
+    # given a timeout and a lease written as ints, as users write them (timeout=30)
+    app = make_app()
+
+    @app.job(timeout=30, lease=20)
+    def quick() -> int:
+        return 1
+
+    later = quick.options(timeout=10, lease=15).enqueue()
+    h = quick.enqueue()
+    # when they run, then they complete: the record is not taken for a corrupt one
+    testing.drain(app)
+    assert h.result(timeout=1) == 1 and later.result(timeout=1) == 1
+
+
 def test_enqueue_async(make_app: Callable[..., jobyard.App]) -> None:
     app = make_app()
 

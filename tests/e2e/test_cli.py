@@ -417,7 +417,7 @@ def test_cancel_every_pending_job_of_a_queue_or_name(cli: Cli, app: jobyard.App)
     # when a dry run asks, then it lists them and changes nothing
     done = cli("cancel", APP, "--queue", "mail", "--dry-run")
     assert done.returncode == 0 and sorted(done.stdout.split()) == sorted(greets)
-    assert "would cancel 3 pending job(s) of queue=mail" in done.stderr
+    assert "would cancel 3 pending or waiting job(s) of queue=mail" in done.stderr
     assert {app.get(i).status for i in greets} == {"pending"}
 
     # when the queue's pending jobs are cancelled, then only they are

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..clock import Clock
 from ..errors import ConfigurationError
+from ..events import Events
 
 Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
@@ -116,6 +117,9 @@ class ClaimedJob:
     token: str  # the fencing token of this claim
     delivery: Delivery
     parent_id: str | None
+    # When the job became due (its run_at, by the store's clock, epoch seconds): what the
+    # worker's enqueue-to-start latency is measured from. None when the store does not say.
+    run_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +459,20 @@ class JobsCancelParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsCancelManyParams:
+    """Cancel many jobs in one move (a workflow's jobs, a queue's pending ones): each job as
+    :class:`JobsCancelParams` would, but a job that is unknown, finished, or running with
+    ``pending_only`` is skipped (left as it is) instead of refused."""
+
+    ids: Sequence[str]
+    by: str | None = None
+    pending_only: bool = False
+
+    def __post_init__(self) -> None:
+        JobsCancelParams("", self.by)  # the same check of ``by``
+
+
+@dataclass(frozen=True, slots=True)
 class LeasesReapParams:
     """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
     a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
@@ -482,10 +500,13 @@ class JobsExpireParams:
 
 @dataclass(frozen=True, slots=True)
 class Reaped:
-    """A job the reaper moved, and where to."""
+    """A job the reaper moved, and where to (with its ``name`` and ``queue``, for the lease-lost
+    count of ``jobyard.web.metrics``)."""
 
     id: str
     status: str
+    name: str = ""
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -663,6 +684,15 @@ class JobsWaitParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsWakeParams:
+    """End the waiting claim (``JobsClaimParams.wait``) of worker ``worker_id`` on ``queues``
+    now, as a push signal would: the worker is stopping and must not sleep out its wait."""
+
+    worker_id: str
+    queues: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersBeatParams:
     """Register or refresh a worker; ``stopping`` removes it."""
 
@@ -681,6 +711,21 @@ class StatsParams:
 
     queues: Sequence[str] = field(default_factory=tuple)
     recent: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QueuesNamesParams:
+    """Name the queues that hold finished jobs of ``statuses`` (finished states only,
+    ValueError otherwise): the queues a purge of those statuses could find work in."""
+
+    statuses: Sequence[str] = ("completed",)
+
+    def __post_init__(self) -> None:
+        statuses = tuple(dict.fromkeys(self.statuses))
+        bad = [s for s in statuses if s not in FINISHED]
+        if bad:
+            raise ValueError(f"only finished states ({', '.join(FINISHED)}) are named, not {bad}")
+        object.__setattr__(self, "statuses", statuses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -842,6 +887,12 @@ class Backend(Protocol):
         InvalidTransition if the job is finished."""
         ...
 
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Cancel each job as :meth:`jobs_cancel` would, in one round trip per store call
+        (Redis Cluster: one per queue), skipping the jobs it would refuse; the ids of those it
+        changed (cancelled, or a request recorded on a running one), in the order given."""
+        ...
+
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
         InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
@@ -865,6 +916,13 @@ class Backend(Protocol):
         """Sleep until woken by an insert (push signal) or timeout; True if woken."""
         ...
 
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """End that worker's waiting claim at once (see :class:`JobsWakeParams`): its in-process
+        waiters are woken (SQLite, PostgreSQL, memory), or a token is pushed on the worker's own
+        wake list, which its blocking read covers beside the queues' (Redis). A claim that is
+        not waiting yet returns at once from its next wait; waking others is allowed."""
+        ...
+
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; which leases were lost (token no longer matches)
         and which renewed jobs have a cancellation request."""
@@ -872,11 +930,6 @@ class Backend(Protocol):
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed: an attempt was spent on each."""
-        ...
-
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
-        dropped."""
         ...
 
     # queues, workers, stats
@@ -911,9 +964,11 @@ class Backend(Protocol):
         (or by the store itself)."""
         ...
 
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
-        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of ``params.statuses``, by name: one cheap read of
+        what the store keeps with the moves, never a count or a scan of jobs (maintenance
+        asks it every few seconds). A name too many is allowed (it costs its caller an empty
+        purge); a queue holding such jobs is never left out."""
         ...
 
     def store_info(self) -> StoreInfo:
@@ -978,6 +1033,57 @@ class TransactionalBackend(Backend, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class EntryVerdict:
+    """What a consumer of a foreign list or stream does with one entry, decided above the
+    boundary (``jobyard.worker.executor.EntryRunner``: the handler run, its return or exception
+    classified, the events emitted): ``ack`` it, ``retry`` it (``delay``: seconds, from
+    ``Retry(delay=)``, else None), or ``drop`` it to its dead list (``reason``). ``result``: an
+    acknowledged handler's return value."""
+
+    action: Literal["ack", "retry", "drop"]
+    delay: float | None = None
+    reason: str = ""
+    result: Any = None
+
+
+# How a consumer runs one entry: ``runner(source, key, entry_id, handler, decode)``, ``source``
+# "list" or "stream", ``decode()`` the entry's value (ValueError or KeyError if it cannot be
+# read). Given to the store's consumers by the App (``consumer_list(..., runner=...)``).
+EntryRunner = Callable[[str, str, str, Callable[[Any], Any], Callable[[], Any]], EntryVerdict]
+# How a stream consumer enqueues its reply jobs: ``enqueue(jobs, send)``, the core's one way
+# down (``_enqueue.Enqueue.insert``, events and hooks), ``send`` the store call that inserts.
+EntryEnqueue = Callable[..., list[Inserted]]
+
+
+@runtime_checkable
+class ExpiringBackend(Backend, Protocol):
+    """A store that keeps a retention of its own, apart from any purge (Redis: the URL's
+    ``result_ttl`` and ``failed_ttl``, a queue fed with a time to live): every worker's
+    maintenance applies it after each reap. The SQL stores and memory keep finished jobs until
+    purged, but prune the throughput history here (minutes past :data:`THROUGHPUT_KEEP`, see
+    :meth:`Backend.throughput_get`), returning 0."""
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
+        dropped."""
+        ...
+
+
+@runtime_checkable
+class TidyingBackend(Backend, Protocol):
+    """A store that needs housekeeping beside the moves of jobs: PostgreSQL (every move leaves
+    a dead row behind: a vacuum of the hot partitions) and SQLite (the WAL checkpointed here
+    rather than inside a claim's or an ack's commit). Every worker's maintenance calls it about
+    once a second on a thread of its own. Redis and memory free what they delete, and have
+    nothing to tidy."""
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
+        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+        ...
+
+
 class Consumer(Protocol):
     """A consumer of a foreign list or stream, run by the workers of its App."""
 
@@ -1022,6 +1128,23 @@ def refuse_connection(backend: Backend, params: JobsInsertParams | JobsAckParams
         as_transactional(backend, "a caller's connection (connection=...)")
 
 
+@runtime_checkable
+class EventSource(Protocol):
+    """A store that reports events of its own on the App's bus (Redis: a call whose reply was
+    lost and that was not sent again, ``WorkerNote("unsure")``)."""
+
+    def events_attach(self, events: Events) -> None:
+        """Emit this store's events on ``events`` from now on."""
+        ...
+
+
+def attach_events(backend: Backend, events: Events) -> None:
+    """Let ``backend`` report its own events on ``events``, if it has any (see
+    :class:`EventSource`)."""
+    if isinstance(backend, EventSource):
+        backend.events_attach(events)
+
+
 def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
     """``backend`` if it is a :class:`ForeignQueueBackend`, else one ConfigurationError."""
     if isinstance(backend, ForeignQueueBackend):
@@ -1029,6 +1152,18 @@ def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
     raise _lacks(
         backend, feature, "a store that consumes lists and streams of other programs (Redis)"
     )
+
+
+def as_expiring(backend: Backend) -> ExpiringBackend | None:
+    """``backend`` if it keeps a retention of its own (:class:`ExpiringBackend`), else None:
+    an optional duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, ExpiringBackend) else None
+
+
+def as_tidying(backend: Backend) -> TidyingBackend | None:
+    """``backend`` if it has tables to tidy (:class:`TidyingBackend`), else None: an optional
+    duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, TidyingBackend) else None
 
 
 def _lacks(backend: Backend, feature: str, needs: str) -> ConfigurationError:

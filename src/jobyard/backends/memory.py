@@ -33,6 +33,7 @@ from .base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
@@ -42,11 +43,13 @@ from .base import (
     JobsPurgeParams,
     JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -57,7 +60,6 @@ from .base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
     ThroughputMinute,
     ThroughputParams,
     WorkerInfo,
@@ -311,6 +313,9 @@ class MemoryBackend:
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Waiting or pending -> cancelled; running: a request recorded once."""
+        return self._cancel(params)
+
+    def _cancel(self, params: JobsCancelParams) -> JobRecord:
         with self._lock:
             row = self._row(params.id)
             now = self._now()
@@ -329,6 +334,18 @@ class MemoryBackend:
             else:
                 raise InvalidTransition.cannot_cancel(params.id, rec.status)
             return row.rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Each job as jobs_cancel, under one lock; the refused ones skipped."""
+        changed: list[str] = []
+        with self._lock:
+            for job_id in params.ids:
+                try:
+                    self._cancel(JobsCancelParams(job_id, params.by, params.pending_only))
+                except (JobNotFound, InvalidTransition):
+                    continue
+                changed.append(job_id)
+        return changed
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""
@@ -464,6 +481,7 @@ class MemoryBackend:
                         token=row.token,
                         delivery=row.rec.delivery,
                         parent_id=row.rec.parent_id,
+                        run_at=row.rec.run_at,
                     )
                 )
             return claimed
@@ -508,6 +526,14 @@ class MemoryBackend:
             seen = self._inserts
             self._lock.wait_for(lambda: self._inserts != seen, timeout=params.timeout)
             return self._inserts != seen
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake every waiter, as an insert does; the worker's next waiting claim returns at
+        once even if it was not waiting yet (its mark is one no count equals)."""
+        with self._lock:
+            self._waiters[params.worker_id] = -1
+            self._inserts += 1
+            self._lock.notify_all()
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Push leases forward and store progress; the lost ones and the cancel requests."""
@@ -555,7 +581,7 @@ class MemoryBackend:
                     row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
                 if row.rec.status == "failed":
                     self._tally(rec.queue, "failed", now)
-                reaped.append(Reaped(rec.id, row.rec.status))
+                reaped.append(Reaped(rec.id, row.rec.status, rec.name, rec.queue))
             if reaped:
                 self._inserts += 1
                 self._lock.notify_all()
@@ -617,6 +643,12 @@ class MemoryBackend:
             self._forget_workers(self._now())
             return sorted(self._workers.values(), key=lambda w: w.started_at)
 
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses, by name."""
+        with self._lock:
+            wanted = set(params.statuses)
+            return sorted({r.rec.queue for r in self._rows.values() if r.rec.status in wanted})
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue."""
         with self._lock:
@@ -647,10 +679,6 @@ class MemoryBackend:
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a dict holds no dead rows."""
-        return []
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; no server to warn about."""

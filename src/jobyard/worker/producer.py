@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..backends.base import Backend, ClaimedJob, JobsClaimParams
+from ..backends.base import Backend, ClaimedJob, JobsClaimParams, JobsWakeParams
 
 log = logging.getLogger("jobyard.worker")
 # Seconds the producer sleeps after handing a woken claim's jobs to idle handler threads: its
@@ -73,6 +73,11 @@ class Producer:
         self._stop.set()
         self.slot_freed.set()
         if self._thread is not None:
+            try:
+                # A waiting claim (here, or an idle handler thread's) would sleep out its wait.
+                self.backend.jobs_wake(JobsWakeParams(self.worker_id, self.queues))
+            except Exception as exc:  # noqa: BLE001 - then the wait ends by its timeout
+                log.warning("could not wake the waiting claim: %s: %s", type(exc).__name__, exc)
             self._thread.join(timeout)
             self._thread = None
 

@@ -25,6 +25,7 @@ class Queries:
     jobs_list_workflow: str
     jobs_list_ids: str
     jobs_cancel: str
+    jobs_cancel_many: str
     jobs_retry: str
     purge_fence: str
     jobs_purge: str
@@ -35,6 +36,7 @@ class Queries:
     leases_reap: str
     queues_configure: str
     queues_list: str
+    queues_names: str
     workers_beat: str
     workers_list: str
     stats_get: str

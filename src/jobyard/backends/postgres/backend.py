@@ -51,6 +51,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
@@ -60,11 +61,13 @@ from ..base import (
     JobsPurgeParams,
     JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -152,6 +155,7 @@ def _claimed(r: Row) -> ClaimedJob:
         token=r[9],
         delivery=r[10],
         parent_id=exact_out(r[11]),
+        run_at=None if r[13] is None else float(r[13]),
     )
 
 
@@ -503,6 +507,21 @@ class PostgresBackend:
             raise InvalidTransition.cannot_cancel(job_id, rec.status)
         return rec
 
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs in one statement; the refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {
+            "now": self.clock.now(),
+            "ids": list(keys),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel_many, args))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
+
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
         InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
@@ -613,6 +632,11 @@ class PostgresBackend:
         """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
         return self._listener.wait(params.queues, params.timeout)
 
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake this process's waiters on those queues (the waiting claim waits on the
+        listener, in-process): no NOTIFY, no round trip."""
+        self._listener.poke(params.queues, params.worker_id)
+
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; the lost ones and the cancel requests."""
         pairs = list(params.jobs)
@@ -653,7 +677,7 @@ class PostgresBackend:
             "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
-        return [Reaped(str(r[0]), str(r[1])) for r in rows]
+        return [Reaped(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
         """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
@@ -746,6 +770,13 @@ class PostgresBackend:
         args = {"now": self.clock.now()}
         rows = self._run(lambda c: self._fetch(c, Q.workers_list, args))
         return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses: job_counts' few rows, never the
+        partitions."""
+        args = {"statuses": list(params.statuses)}
+        rows = self._run(lambda c: self._fetch(c, Q.queues_names, args))
+        return [str(r[0]) for r in rows]
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""

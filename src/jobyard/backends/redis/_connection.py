@@ -52,6 +52,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "leases_reap",
     "jobs_expire",
     "jobs_cancel",
+    "jobs_cancel_many",
     "jobs_retry",
     "jobs_list",
     "jobs_search",
@@ -137,7 +138,16 @@ def _check_client_url(client_url: str) -> None:
 
 
 def parse_url(url: str) -> Settings:
-    """Read a store URL; ``prefix``, ``result_ttl``, ``failed_ttl`` and ``retry_for`` are ours."""
+    """Read a store URL; ``prefix``, ``result_ttl``, ``failed_ttl`` and ``retry_for`` are ours.
+    A refusal never quotes the URL's credentials (a password redis-py split into an option
+    name, a host's "port"), whichever URLs this process remembered before."""
+    try:
+        return _parse_url(url)
+    except ConfigurationError as exc:
+        raise ConfigurationError(scrub(str(exc), url)) from None
+
+
+def _parse_url(url: str) -> Settings:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "redis+cluster", "rediss+cluster"):

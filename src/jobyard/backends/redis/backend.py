@@ -59,6 +59,7 @@ from redis.exceptions import NoScriptError
 from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
+from ...events import Events
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
@@ -74,6 +75,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
@@ -83,10 +85,12 @@ from ..base import (
     JobsPurgeParams,
     JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -97,7 +101,6 @@ from ..base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
     ThroughputMinute,
     ThroughputParams,
     WorkerInfo,
@@ -112,6 +115,7 @@ from .keys import QUEUE_RE, parse_job_id
 from .keys import job_id as make_id
 
 PURGE_BATCH = 1000
+CANCEL_CHUNK = 500  # jobs one jobs_cancel_many script cancels (a longer script stalls every client)
 OWED_BATCH = 1000  # owed releases the reaper pays per queue and call (Cluster)
 
 
@@ -452,6 +456,44 @@ class RedisBackend:
             raise InvalidTransition.cannot_cancel(job_id, reply[1])
         return _record(queue, n, _pairs(reply[1:]))
 
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
+        Cluster), so no call holds Redis long; the refused ones skipped."""
+        by_queue: dict[str, list[str]] = {}
+        for job_id in params.ids:
+            parsed = parse_job_id(job_id)
+            if parsed is not None:
+                by_queue.setdefault(parsed[0], []).append(parsed[1])
+        head = [
+            self.core.now(),
+            "",
+            _ttl(self.settings.failed_ttl),
+            params.by or "",
+            "1" if params.pending_only else "",
+        ]
+        changed: set[str] = set()
+        for names in self.core.slices(list(by_queue)):
+            chunk: list[tuple[str, list[str]]] = []
+            size = 0
+            for queue in names:
+                numbers = by_queue[queue]
+                for i in range(0, len(numbers), CANCEL_CHUNK):
+                    part = numbers[i : i + CANCEL_CHUNK]
+                    if size + len(part) > CANCEL_CHUNK and chunk:
+                        changed |= self._cancel_chunk(head, chunk)
+                        chunk, size = [], 0
+                    chunk.append((queue, part))
+                    size += len(part)
+            if chunk:
+                changed |= self._cancel_chunk(head, chunk)
+        return [job_id for job_id in params.ids if job_id in changed]
+
+    def _cancel_chunk(self, head: list[str], chunk: list[tuple[str, list[str]]]) -> set[str]:
+        keys = [key for queue, _ in chunk for key in self.keys.queue(queue)]
+        args = [*head[:1], str(len(chunk)), *head[2:], *(",".join(ns) for _, ns in chunk)]
+        reply = self.core.run_once("jobs_cancel_many", keys, args)
+        return {make_id(chunk[int(reply[i]) - 1][0], reply[i + 1]) for i in range(0, len(reply), 2)}
+
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""
         queue, n = self._locate(job_id)
@@ -539,7 +581,7 @@ class RedisBackend:
         if params.wait > 0 and queues and params.limit > 0 and not self.cluster:
             return self._claim_woken(queues, params.worker_id, params.limit, params.wait)
         if params.wait > 0:
-            self.jobs_wait(JobsWaitParams(queues, params.wait))
+            self._block(self._wake_keys(queues, params.worker_id), params.wait)
         if not queues or params.limit <= 0:
             return []
         if not self.cluster or len(queues) == 1:
@@ -584,7 +626,7 @@ class RedisBackend:
         the job reaches the worker in the read's own round trip. Single node only (on Cluster
         the wake lists and the queue may sit on different nodes). Sent once, like any claim:
         if the connection fails while it blocks, Redis drops the queued claim with it."""
-        wake = [self.keys.wake(q) for q in queues]
+        wake = self._wake_keys(queues, worker)
         block = min(wait, max(self.settings.socket_timeout - 1.0, 0.1))
         script = self.core.scripts["jobs_claim"]
         keys = self.core.group_keys(queues)
@@ -609,7 +651,7 @@ class RedisBackend:
 
     def _claimed(self, queues: list[str], r: Any) -> list[ClaimedJob]:
         out = []
-        for i in range(0, len(r), 12):
+        for i in range(0, len(r), 13):
             queue = queues[int(r[i]) - 1]
             out.append(
                 ClaimedJob(
@@ -625,6 +667,7 @@ class RedisBackend:
                     token=r[i + 9],
                     delivery=cast(Delivery, r[i + 10]),
                     parent_id=r[i + 11] or None,
+                    run_at=_opt_float(r[i + 12]),
                 )
             )
         return out
@@ -817,12 +860,34 @@ class RedisBackend:
         All wake lists sit on the ``{prefix}`` tag, so one BLPOP covers every queue even on
         Cluster. Waits longer than the socket timeout end early (False), which is allowed.
         """
-        keys = [self.keys.wake(q) for q in dict.fromkeys(params.queues)]
+        return self._block(
+            [self.keys.wake(q) for q in dict.fromkeys(params.queues)], params.timeout
+        )
+
+    def _wake_keys(self, queues: Sequence[str], worker_id: str) -> list[str]:
+        """What a worker's waiting claim reads: its queues' wake lists and its own."""
+        return [*(self.keys.wake(q) for q in queues), self.keys.worker_wake(worker_id)]
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Push a token on the worker's own wake list, which its waiting claim reads (one
+        token, kept a minute: a worker that was not waiting finds it at its next wait)."""
+        key = self.keys.worker_wake(params.worker_id)
+
+        def push() -> list[Any]:  # a fresh pipeline per attempt: a failed one is emptied
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(key, "1")
+            pipe.ltrim(key, 0, 0)
+            pipe.expire(key, 60)
+            return cast(list[Any], pipe.execute())
+
+        self.core.call(push)
+
+    def _block(self, keys: list[str], timeout: float) -> bool:
         if not keys:
             return False
-        if params.timeout <= 0:
+        if timeout <= 0:
             return any(self.client.lpop(k) is not None for k in keys)
-        block = min(params.timeout, max(self.settings.socket_timeout - 1.0, 0.1))
+        block = min(timeout, max(self.settings.socket_timeout - 1.0, 0.1))
         try:
             return self.client.blpop(keys, timeout=block) is not None
         except TRANSIENT:
@@ -874,9 +939,9 @@ class RedisBackend:
             notes = [(names[int(e[1]) - 1], e) for e in reply if isinstance(e, list)]
             flat = [e for e in reply if not isinstance(e, list)]
             requeued: Counter[str] = Counter()
-            for i in range(0, len(flat), 3):
+            for i in range(0, len(flat), 4):
                 queue = names[int(flat[i]) - 1]
-                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2]))
+                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2], flat[i + 3], queue))
                 requeued[queue] += flat[i + 2] == "pending"
             left = params.limit - len(out)
             if self.cluster:
@@ -929,6 +994,11 @@ class RedisBackend:
         """Registered workers, oldest first."""
         return _admin.workers_list(self.core)
 
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """Every queue ever written to or configured (one set read): a superset, which the
+        contract allows, rather than a script per queue."""
+        return self.core.known_queues()
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
         return _admin.stats_get(self.core, params)
@@ -942,10 +1012,6 @@ class RedisBackend:
         return _admin.store_info(self.core)
 
     # time and recurring jobs --------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: Redis frees what it deletes."""
-        return []
 
     def clock_now(self) -> float:
         """The frozen clock's now, else Redis's ``TIME``."""
@@ -986,6 +1052,11 @@ class RedisBackend:
         return consumers.StreamConsumer(
             self.core, stream, handler, insert=self.jobs_insert, **options
         )
+
+    def events_attach(self, events: Events) -> None:
+        """Report a call sent once whose reply was lost (``WorkerNote("unsure")``) on
+        ``events`` (``base.EventSource``)."""
+        self.core.events = events
 
     def close(self) -> None:
         """Close the connection pools (safe to call twice)."""

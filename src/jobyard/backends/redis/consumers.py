@@ -12,7 +12,10 @@ into a job (``reply=job_function``), optionally on a queue that lapses when noth
 
 Handler outcomes, for both: return -> acknowledged; ``raise jobyard.Retry`` or any other
 exception -> delivered again; ``raise jobyard.Drop`` or an entry that is not JSON -> moved to a
-dead list (``<key>.dead``) and logged, never lost silently.
+dead list (``<key>.dead``) and logged, never lost silently. That classification is the core's
+(``runner=``, a ``base.EntryRunner`` the App hands over: ``jobyard.worker.executor.EntryRunner``,
+which also emits the entry's ``Started`` and ``Finished`` events); a stream's reply jobs go
+down through the core's enqueue step (``enqueue=``: its events and ``on_enqueue`` hooks).
 
 Both have ``start()`` / ``stop(grace)`` (safe to call twice) and ``run_once()`` for tests; a
 worker started by ``app.run_worker`` runs the consumers its App registered.
@@ -20,9 +23,7 @@ worker started by ``app.run_worker`` runs the consumers its App registered.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -30,15 +31,23 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis.exceptions
 from redis.crc import key_slot
 
-from ...errors import ConfigurationError, Drop, Retry
-from ..base import MAX_IDEMPOTENCY_KEY, JobsInsertParams, NewJob
+from ...errors import ConfigurationError
+from ..base import (
+    MAX_IDEMPOTENCY_KEY,
+    EntryEnqueue,
+    EntryRunner,
+    EntryVerdict,
+    Inserted,
+    JobsInsertParams,
+    NewJob,
+)
 from .keys import claims_key, dead_key, processing_key
 
 if TYPE_CHECKING:
@@ -63,15 +72,13 @@ def _slot(key: str) -> int:
     return key_slot(key.encode())
 
 
-async def _await(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
-
-
-def _invoke(handler: Callable[[Any], Any], value: Any) -> Any:
-    result = handler(value)
-    if inspect.isawaitable(result):  # an async handler: run it to completion here
-        result = asyncio.run(_await(result))
-    return result
+def _no_runner(
+    source: str, key: str, entry_id: str, handler: Callable[[Any], Any], decode: Callable[[], Any]
+) -> EntryVerdict:
+    raise ConfigurationError(
+        f"the consumer of {source} {key!r} was made without runner=: make it with "
+        "app.consume_list or app.consume_stream"
+    )
 
 
 class _Consumer:
@@ -79,10 +86,13 @@ class _Consumer:
 
     name = "consumer"
 
-    def __init__(self, core: Core, block: float, sweep_interval: float) -> None:
+    def __init__(
+        self, core: Core, block: float, sweep_interval: float, runner: EntryRunner | None
+    ) -> None:
         if block < 0:
             raise ConfigurationError("block must not be negative")
         self.core = core
+        self.runner: EntryRunner = runner or _no_runner
         self.block = block
         self.sweep_interval = sweep_interval
         self._stop = threading.Event()
@@ -192,6 +202,7 @@ class ListConsumer(_Consumer):
         pop: Pop = "right",
         block: float = 1.0,
         sweep_interval: float | None = None,
+        runner: EntryRunner | None = None,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise ConfigurationError("consume_list needs the list's key")
@@ -227,7 +238,7 @@ class ListConsumer(_Consumer):
                 "processing, recovery_zset, min_idle and recovery_ttl are for reliable lists"
             )
         interval = min((min_idle or 4.0) / 4, 5.0) if sweep_interval is None else sweep_interval
-        super().__init__(core, block, interval)
+        super().__init__(core, block, interval, runner)
         self.name = f"jobyard-list-{key}"
         self._client = core.client_for(binary=True)
         self._scripts = core.scripts
@@ -326,24 +337,18 @@ class ListConsumer(_Consumer):
         return None if got is None else bytes(got[1])
 
     def _handle(self, entry: bytes) -> tuple[str, float]:
-        """Run the handler; the action to take: ack, requeue, hold (with a delay) or drop."""
-        try:
-            value = json.loads(entry)
-        except ValueError:
-            log.warning("list %s: entry is not JSON, moved to %s: %r", self.key, self.dead, entry)
-            return "drop", 0.0
-        try:
-            _invoke(self.handler, value)
-        except Retry as r:
-            return ("hold", r.delay) if r.delay and self.reliable else ("requeue", 0.0)
-        except Drop as d:
+        """Run the handler (through the core's runner); the action to take: ack, requeue,
+        hold (with a delay) or drop."""
+        verdict = self.runner("list", self.key, "", self.handler, lambda: json.loads(entry))
+        if verdict.action == "retry":
+            if verdict.delay and self.reliable:
+                return "hold", verdict.delay
+            return "requeue", 0.0
+        if verdict.action == "drop":
             log.warning(
-                "list %s: entry dropped to %s (%s): %r", self.key, self.dead, d.reason, entry
+                "list %s: entry dropped to %s (%s): %r", self.key, self.dead, verdict.reason, entry
             )
             return "drop", 0.0
-        except Exception:
-            log.exception("list %s: handler failed; the entry goes back on the list", self.key)
-            return "requeue", 0.0
         return "ack", 0.0
 
     def _settle(self, entry: bytes, outcome: tuple[str, float]) -> None:
@@ -413,6 +418,8 @@ class StreamConsumer(_Consumer):
         handler: Callable[[Any], Any],
         *,
         insert: Callable[..., Any] | None = None,
+        enqueue: EntryEnqueue | None = None,
+        runner: EntryRunner | None = None,
         group: str | None = None,
         reply: Any = None,
         reply_ttl: float | None = None,
@@ -442,7 +449,7 @@ class StreamConsumer(_Consumer):
         if count < 1:
             raise ConfigurationError("count must be at least 1")
         interval = min(min_idle / 4, 5.0) if sweep_interval is None else sweep_interval
-        super().__init__(core, block, interval)
+        super().__init__(core, block, interval, runner)
         self.stream = stream
         self.handler = handler
         self.group = group
@@ -456,6 +463,7 @@ class StreamConsumer(_Consumer):
         self.dead = dead or dead_key(stream)
         self.name = f"jobyard-stream-{stream}"
         self._insert = insert
+        self._enqueue = enqueue
         self._client = core.client_for(binary=True)
         self._group_ready = False
 
@@ -547,35 +555,33 @@ class StreamConsumer(_Consumer):
         if fields is None:  # deleted from the stream meanwhile: nothing to do
             self._ack(entry_id)
             return
-        try:
-            value = self._decode(fields)
-        except (ValueError, KeyError) as exc:
-            self._drop(entry_id, fields, f"undecodable entry: {type(exc).__name__}: {exc}")
+        verdict = self.runner(
+            "stream", self.stream, entry_id.decode(), self.handler, lambda: self._decode(fields)
+        )
+        if verdict.action == "drop":
+            self._drop(entry_id, fields, verdict.reason)
             return
-        try:
-            result = _invoke(self.handler, value)
-        except Drop as d:
-            self._drop(entry_id, fields, d.reason)
-            return
-        except Retry:
+        if verdict.action == "retry":
             self.retried += 1  # stays pending: taken over again after min_idle
             return
-        except Exception:
-            self.retried += 1
-            log.exception(
-                "stream %s: handler failed on %r; redelivered after min_idle", self.stream, entry_id
-            )
-            return
+        result = verdict.result
         if self.reply is not None and result is not None:
             try:
                 job = self._reply_job(entry_id, result)
             except TypeError as exc:
                 self._drop(entry_id, fields, f"the reply is not JSON: {exc}")
                 return
-            assert self._insert is not None
-            self._insert(JobsInsertParams([job]), queue_ttl=self.reply_ttl)
+            if self._enqueue is not None:
+                self._enqueue([job], send=self._send_reply)
+            else:
+                self._send_reply(JobsInsertParams([job]))
         self._ack(entry_id)
         self.acked += 1
+
+    def _send_reply(self, params: JobsInsertParams) -> list[Inserted]:
+        assert self._insert is not None
+        inserted: list[Inserted] = self._insert(params, queue_ttl=self.reply_ttl)
+        return inserted
 
     def _reply_job(self, entry_id: bytes, result: Any) -> NewJob:
         job: NewJob = self.reply.opts.new_job((result,), {})

@@ -5,6 +5,7 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P}:seq                  string  job numbers, INCRBY (one sequence for every queue)
     {P}:queues               set     every queue that was ever written to or configured
     {P}:wake:<queue>         list    wake tokens: inserts LPUSH, waiting workers BLPOP
+    {P}:wakeworker:<id>      list    one worker's own wake token (jobs_wake, when it stops)
     {P}:workers              zset    worker id -> last_seen
     {P}:workers:info         hash    worker id -> WorkerInfo as JSON
     {P}:schedules            hash    schedule name -> its job's queue (where its hash lives)
@@ -116,6 +117,11 @@ class Keys:
     def wake(self, queue: str) -> str:
         """The wake list of a queue (on the global tag, so one BLPOP covers many queues)."""
         return "{" + self.prefix + "}:wake:" + queue
+
+    def worker_wake(self, worker_id: str) -> str:
+        """A worker's own wake list, read with its queues' by its waiting claim: ``jobs_wake``
+        pushes on it when the worker stops (on the global tag, like the queues' lists)."""
+        return "{" + self.prefix + "}:wakeworker:" + worker_id
 
     def tag(self, queue: str) -> str:
         """The hash tag every key of ``queue`` carries."""

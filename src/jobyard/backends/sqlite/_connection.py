@@ -16,6 +16,12 @@ from ..base import error_line
 
 PREFIX = "sqlite:///"
 BUSY_TIMEOUT = 10.0  # seconds a statement waits for another connection's write lock
+# While a maintenance checkpoints the WAL (``store_tidy``), the store's connections do not:
+# SQLite's auto-checkpoint runs inside the commit that passes 1,000 WAL pages, a claim's or an
+# ack's, fsync included (bench/sqlite_checkpoints.py). Past this many seconds without a
+# maintenance checkpoint (the worker stopped), they checkpoint themselves again.
+CHECKPOINTER_GONE = 10.0
+AUTO_CHECKPOINT_PAGES = 1000  # SQLite's default
 
 _ABANDONED: list[sqlite3.Connection] = []  # inherited over a fork: never used, never closed
 
@@ -70,13 +76,24 @@ class Connections:
         self._all: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
         self._pid = os.getpid()
         self._closed = False
+        self._checkpointed_until = 0.0  # monotonic: a maintenance checkpoints until then
+
+    def checkpointing(self) -> None:
+        """A maintenance checkpoints the WAL now and again: this process's connections leave
+        it to that maintenance for :data:`CHECKPOINTER_GONE` seconds (each at its next use)."""
+        self._checkpointed_until = time.monotonic() + CHECKPOINTER_GONE
 
     def get(self) -> sqlite3.Connection:
-        """This thread's connection."""
+        """This thread's connection, its auto-checkpoint off while a maintenance checkpoints."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and self._pid == os.getpid():
-            return conn
-        return self._open()
+        if conn is None or self._pid != os.getpid():
+            conn = self._open()
+        manual = self._checkpointed_until > 0.0 and time.monotonic() < self._checkpointed_until
+        if manual != getattr(self._local, "manual", False):
+            pages = 0 if manual else AUTO_CHECKPOINT_PAGES
+            conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")  # an int: no injection
+            self._local.manual = manual
+        return conn
 
     def _open(self) -> sqlite3.Connection:
         with self._lock:
@@ -95,6 +112,7 @@ class Connections:
             conn = connect(self.path)
             self._all.append((weakref.ref(threading.current_thread()), conn))
             self._local.conn = conn
+            self._local.manual = False
             return conn
 
     def _close_orphans(self) -> None:

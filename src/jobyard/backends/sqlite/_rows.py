@@ -92,6 +92,7 @@ def claimed(r: Sequence[Any]) -> ClaimedJob:
         token=r[9],
         delivery=r[10],
         parent_id=r[11],
+        run_at=float_or_none(r[13]),
     )
 
 

@@ -55,6 +55,7 @@ from ..base import (
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
@@ -64,11 +65,13 @@ from ..base import (
     JobsPurgeParams,
     JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -103,6 +106,8 @@ _ACK_QUERIES = {
 }
 
 
+# WAL frames (pages) past which store_tidy restarts the WAL: about 40 MB at 4 KiB pages.
+WAL_RESTART_FRAMES = 10_000
 # What a wait has seen: the in-process change counters of its queues, and PRAGMA data_version.
 _Marks = tuple[tuple[int, ...], int]
 
@@ -390,6 +395,23 @@ class SQLiteBackend:
                 self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
 
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs in one statement and one write; refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {
+            "ids": json.dumps(list(keys)),
+            "now": self.clock.now(),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
+        with self._writing() as conn:
+            rows = conn.execute(self._q["jobs_cancel_many"], args).fetchall()
+            self._count(conn, Counter((queue, st) for _, queue, st in rows if st == "cancelled"))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
+
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""
         key = parse_numeric_id(job_id)
@@ -643,6 +665,15 @@ class SQLiteBackend:
                 if due:
                     return True, (seen, version)
 
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake the waiters of those queues, as an insert does (in-process, and the doorbell
+        that the waiters of other processes check against the file's data_version). The
+        worker's next waiting claim returns at once even if it was not waiting yet: its mark
+        is set to one no snapshot equals."""
+        queues = list(dict.fromkeys(params.queues))
+        self._waiters[(params.worker_id, *queues)] = ((-1,), -1)
+        self._shared.notify(queues)
+
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Extend each lease still held, with its progress; the lost ones and the cancel
         requests."""
@@ -696,7 +727,7 @@ class SQLiteBackend:
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
-        return [Reaped(str(r[0]), r[1]) for r in rows]
+        return [Reaped(str(r[0]), r[1], r[3], r[2]) for r in rows]
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
         """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
@@ -773,6 +804,12 @@ class SQLiteBackend:
             rows = conn.execute(self._q["workers_list"]).fetchall()
         return [_rows.worker(r) for r in rows]
 
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses: job_counts' rows, never a count."""
+        args = {"statuses": json.dumps(list(params.statuses))}
+        rows = self._conns.get().execute(self._q["jobs_purge_queues"], args).fetchall()
+        return sorted(r[0] for r in rows)
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue that has jobs or a configuration, by name."""
         q = self._q
@@ -796,9 +833,27 @@ class SQLiteBackend:
     # time and recurring jobs ------------------------------------------------------------------
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
-        pages of deleted rows itself."""
-        return []
+        """Checkpoint the WAL here, off the hot path: while this runs (every worker's
+        maintenance, about once a second, on a thread of its own) the store's connections in
+        this process do not checkpoint inside their commits (``Connections.checkpointing``).
+        A PASSIVE checkpoint waits for no one; a WAL that readers kept from being reused and
+        that grew past :data:`WAL_RESTART_FRAMES` is checkpointed with RESTART, which waits
+        for them (writers too) at most 100 ms. One line for a restart, none otherwise."""
+        self._conns.checkpointing()
+        conn = self._conns.get()
+        _, frames, _ = conn.execute(self._q["wal_checkpoint"]).fetchone()
+        if frames < WAL_RESTART_FRAMES:
+            return []
+        conn.execute(self._q["busy_timeout_short"])
+        try:
+            busy, frames, done = conn.execute(self._q["wal_restart"]).fetchone()
+        except sqlite3.OperationalError:  # busy past 100 ms: next time
+            return []
+        finally:
+            conn.execute(self._q["busy_timeout_default"])
+        if busy:
+            return []
+        return [f"checkpointed the WAL ({done} of {frames} frames) and restarted it"]
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; nothing about the file to warn of."""

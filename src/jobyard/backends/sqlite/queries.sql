@@ -15,6 +15,22 @@ SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 -- name: data_version
 PRAGMA data_version
 
+-- name: wal_checkpoint
+-- From maintenance (store_tidy): copy the WAL into the database without waiting for anyone;
+-- returns (busy, frames in the WAL, frames checkpointed).
+PRAGMA wal_checkpoint(PASSIVE)
+
+-- name: wal_restart
+-- A WAL that readers kept from being reused has grown: checkpoint it all and make the next
+-- writer start it over (waits for readers, writers included, up to the busy timeout).
+PRAGMA wal_checkpoint(RESTART)
+
+-- name: busy_timeout_short
+PRAGMA busy_timeout = 100
+
+-- name: busy_timeout_default
+PRAGMA busy_timeout = 10000
+
 
 -- schema --------------------------------------------------------------------------------------
 
@@ -289,6 +305,26 @@ SET status = CASE WHEN status IN ('waiting', 'pending') THEN 'cancelled' ELSE st
 WHERE id = :id
   AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
 RETURNING {{_job_record}}
+
+-- name: jobs_cancel_many
+-- jobs_cancel for many jobs in one statement (:ids a JSON array of numbers); the jobs it would
+-- refuse (finished, or running with :pending_only) are left out, as are unknown ids. Returns
+-- (id, queue, status) of each job changed.
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+UPDATE jobs
+SET status = CASE WHEN status IN ('waiting', 'pending') THEN 'cancelled' ELSE status END,
+    finished_at = CASE WHEN status IN ('waiting', 'pending') THEN (SELECT now FROM clock) ELSE finished_at END,
+    token = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE token END,
+    lease_expires_at = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE lease_expires_at END,
+    cancelled_by = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL THEN :by
+                        ELSE cancelled_by END,
+    cancel_requested_at = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL
+                               THEN (SELECT now FROM clock) ELSE cancel_requested_at END
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
+RETURNING id, queue, status
 
 -- name: jobs_retry
 -- Re-drive: the error stays for history. The caller has checked the idempotency key inside
@@ -634,7 +670,7 @@ WHERE id IN (
     ORDER BY lease_expires_at
     LIMIT :limit
 )
-RETURNING id, status, queue
+RETURNING id, status, queue, name
 
 
 -- queues, workers, stats --------------------------------------------------------------------------

@@ -317,7 +317,7 @@ reaped AS (
         lease_expires_at = NULL
     FROM lapsed, clock
     WHERE j.status = 'running' AND j.id = lapsed.id
-    RETURNING j.id, j.status, j.queue, j.idempotency_key
+    RETURNING j.id, j.status, j.queue, j.idempotency_key, j.name
 ),
 freed AS (
     DELETE FROM job_keys AS k
@@ -354,7 +354,7 @@ durability AS (
                WHEN %(async_commit)s::bool THEN 'off' ELSE current_setting('synchronous_commit')
            END, true) AS mode
 )
-SELECT id, status
+SELECT id, status, name, queue
 FROM reaped
 WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability) >= 0
 ORDER BY id;

@@ -18,6 +18,16 @@ SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused, retent
 FROM queues
 ORDER BY name;
 
+-- name: queues_names
+-- The queues holding finished jobs of %(statuses)s: the counts kept with the moves
+-- (0004_counts.sql), a few rows, never the partitions (maintenance asks every few seconds).
+SELECT queue
+FROM job_counts
+WHERE status = ANY(%(statuses)b::text[])
+GROUP BY queue
+HAVING sum(n) > 0
+ORDER BY queue;
+
 -- name: stats_get
 -- Rows of (queue, kind, n): kind is a status (a count), 'configured' (a queue with settings),
 -- or 'recent' (completions in the last minute). An empty queues array means every queue.

@@ -255,12 +255,31 @@ end
 
 -- A queue fed with a time to live (seed 003's list::Publish ttl) lapses, with the pending jobs
 -- it still holds, once nothing was pushed for that long: "alive" expired, "ttl" is still set.
-local function lapse_if_due(k)
+-- A queue holding workflow jobs lapses with its waiting steps too (nothing will run them), and
+-- each workflow job dropped takes its waiting steps downstream along and frees its inputs, as
+-- a purge does (drop_linked, _flows.lua): only a script that carries a ctx (jobs_expire.lua)
+-- does that; the others (a claim, an insert) get -1 for such a queue, and leave it alone.
+local function lapse_if_due(k, ctx)
   if redis.call('EXISTS', k.ttl) == 0 or redis.call('EXISTS', k.alive) == 1 then
     return 0
   end
   if redis.call('EXISTS', k.stages) == 1 then
     return 0 -- not while a batch is written into it: its staged jobs are pending already
+  end
+  local linked = 0
+  if redis.call('EXISTS', k.workflows) == 1 then
+    if not ctx then
+      return -1
+    end
+    for _, n in ipairs(redis.call('ZRANGE', k.waiting, 0, -1)) do
+      ctx.drop_linked(ctx, k, n, 'waiting', true)
+    end
+    for _, n in ipairs(redis.call('ZRANGE', k.pending, 0, -1)) do
+      if redis.call('HEXISTS', job_key(k, n), 'workflow_id') == 1 then
+        ctx.drop_linked(ctx, k, n, 'pending', true)
+        linked = linked + 1
+      end
+    end
   end
   local ns = redis.call('ZRANGE', k.pending, 0, -1)
   for _, n in ipairs(ns) do
@@ -272,7 +291,7 @@ local function lapse_if_due(k)
     redis.call('DEL', k.base .. 'ready:' .. p)
   end
   redis.call('DEL', k.prios, k.pending, k.ttl)
-  return #ns
+  return #ns + linked
 end
 
 -- Wake waiting workers: a few tokens on the queue's wake list (BLPOP), trimmed so that an
@@ -365,6 +384,8 @@ local function drop_job(k, n, status, has_wf)
   redis.call('DEL', job_key(k, n), k.base .. 'inputs:' .. n, k.base .. 'freed:' .. n)
   if status == 'waiting' then
     redis.call('ZREM', k.waiting, n)
+  elseif status == 'pending' then
+    redis.call('ZREM', k.pending, n) -- a lapsed queue's (lapse_if_due deletes its ready levels)
   else
     from_finished(k, n, status)
   end
@@ -804,4 +825,42 @@ local function insert_jobs(o)
     end
   end
   return {'ok', table.concat(numbers, ','), table.concat(flags)}
+end
+
+-- Cancel job n of queue k (jobs_cancel.lua, jobs_cancel_many.lua): a waiting or pending job is
+-- cancelled (its ready level or waiting entry left, its idempotency key freed); a running one
+-- gets a request recorded, the first request's time and author kept (unless pending_only).
+-- Returns nil when done, else 'missing' (also a job of a batch still staged) or the status
+-- that refuses it.
+local function cancel_job(k, n, now, failed_ttl, by, pending_only)
+  local jk = job_key(k, n)
+  local cur = redis.call('HMGET', jk, 'status', 'priority')
+  if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
+    return 'missing'
+  end
+  if cur[1] == 'running' and not pending_only then
+    if redis.call('HEXISTS', jk, 'cancel_requested_at') == 0 then
+      redis.call('HSET', jk, 'cancel_requested_at', now)
+      if by ~= '' then
+        redis.call('HSET', jk, 'cancelled_by', by)
+      end
+    end
+    return nil
+  end
+  if cur[1] ~= 'pending' and cur[1] ~= 'waiting' then
+    return cur[1]
+  end
+  if cur[1] == 'waiting' then
+    from_waiting(k, jk, n)
+  else
+    from_ready(k, n, cur[2])
+  end
+  redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now, 'cancel_requested_at', now)
+  if by ~= '' then
+    redis.call('HSET', jk, 'cancelled_by', by)
+  else
+    redis.call('HDEL', jk, 'cancelled_by')
+  end
+  to_finished(k, jk, n, 'cancelled', now, failed_ttl)
+  return nil
 end

@@ -10,8 +10,8 @@
 --          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
 --          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
 --          reason instead, and the others of the batch are claimed as usual.
--- Returns: claim: 12 strings per job: group, number, name, payload, attempts, max_attempts,
---          backoff, timeout, lease, token, delivery, parent_id ("" for none).
+-- Returns: claim: 13 strings per job: group, number, name, payload, attempts, max_attempts,
+--          backoff, timeout, lease, token, delivery, parent_id ("" for none), run_at.
 --          peek: 4 strings per candidate: group, priority, run_at, number.
 --
 -- Order: priority DESC, run_at ASC, enqueue order ASC, across every group. Paused queues give
@@ -41,13 +41,13 @@ local groups = {}
 for g = 1, ng do
   local k = queue_keys(g)
   groups[g] = k
-  lapse_if_due(k)
+  local lapsed = lapse_if_due(k) -- -1: lapsed with workflow jobs, left to jobs_expire
   local conf = redis.call('HMGET', k.config, 'paused', 'max_concurrency')
   local cap = limit
   if conf[2] then
     cap = math.min(cap, tonumber(conf[2]) - redis.call('ZCARD', k.claims))
   end
-  if conf[1] ~= '1' and cap > 0 then
+  if conf[1] ~= '1' and cap > 0 and lapsed >= 0 then
     -- Levels from the highest priority down: a lower level can only fill what is left. A
     -- level may have segments beside it (a published batch's entries being merged into it,
     -- see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each of the
@@ -154,6 +154,7 @@ for i = 1, chosen do
     out[#out + 1] = token
     out[#out + 1] = f.delivery or 'at_least_once'
     out[#out + 1] = f.parent_id or ''
+    out[#out + 1] = fmt(c.run_at)
   elseif not KNOWN_STATES[f.status or ''] and redis.call('EXISTS', jk) == 1 then
     fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
   end

@@ -13,7 +13,7 @@
 --          _lib.lua); a failed one is counted in the throughput hash of the hour (tally in
 --          _lib.lua).
 --          Reads (Cluster, ARGV[7] ""): about ARGV[8] entries of each group's owed hash.
--- Returns: 3 strings per recovered job: group, number, new status. Then, Cluster only, an array
+-- Returns: 4 strings per recovered job: group, number, new status, name. Then, Cluster only, an array
 --          {"owed", group, number, dependents} per release a completion left owed (jobs_ack.lua):
 --          its caller may have died before paying it; the backend pays it (idempotent).
 
@@ -41,7 +41,7 @@ for g = 1, ng do
       local jk = job_key(k, n)
       redis.call('ZREM', k.claims, n)
       local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority',
-        'cancel_requested_at')
+        'cancel_requested_at', 'name')
       local bad = fault(jk)
       if f[1] == 'running' then
         redis.call('HDEL', jk, 'token', 'lease_expires_at')
@@ -70,6 +70,7 @@ for g = 1, ng do
         out[#out + 1] = tostring(g)
         out[#out + 1] = n
         out[#out + 1] = status
+        out[#out + 1] = f[7] or ''
         left = left - 1
       end
     end
