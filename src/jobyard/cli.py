@@ -21,7 +21,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from . import views
+from . import _bulk, views
 from ._cli_format import (
     DURATION,
     _ago,
@@ -40,7 +40,7 @@ from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, LimitStats
+from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, LimitStats, QueueConfig
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -420,6 +420,8 @@ def status(app_ref: str, as_json: bool) -> None:
                     "queue": q.name,
                     "counts": q.counts,
                     "completed_last_minute": q.completed_last_minute,
+                    "oldest_pending_age": q.oldest_pending_age,
+                    "paused": q.paused,
                     "retention": q.kept,
                 }
                 for q in view.queues
@@ -465,12 +467,15 @@ def status(app_ref: str, as_json: bool) -> None:
     for s in STATUSES:
         table.add_column(s, justify="right")
     table.add_column("completed/1m", justify="right")
+    table.add_column("oldest", justify="right")  # the oldest due pending job's wait
     table.add_column("limits", no_wrap=True)
     for q in view.queues:
+        age = q.oldest_pending_age
         table.add_row(
             cell(q.name),
             *(str(q.counts[s]) for s in STATUSES),
             str(q.completed_last_minute),
+            "-" if age is None else _wait(age),
             cell(" ".join(_limits(q))),
         )
     if view.queues:
@@ -515,6 +520,21 @@ def _limits_table(rows: Sequence[LimitStats]) -> Table:
             cell(", ".join(f"{k.key} ({k.pending} pending)" for k in r.top_keys)),
         )
     return table
+
+
+def _wait(seconds: float) -> str:
+    """How long a job has waited, in its two largest units (``42s``, ``5m03s``, ``2h05m``)."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds >= 1 else "<1s"
+    for size, unit, small, sub in (
+        (86400, "d", 3600, "h"),
+        (3600, "h", 60, "m"),
+        (60, "m", 1, "s"),
+    ):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // small:02d}{sub}"
+    return f"{whole}s"
 
 
 def _limits(q: views.QueueRow) -> list[str]:
@@ -664,11 +684,103 @@ def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> No
 
 @cli.command()
 @click.argument("app_ref", metavar="APP")
-@click.argument("job_id", metavar="ID")
-def retry(app_ref: str, job_id: str) -> None:
-    """Re-drive a failed or cancelled job: pending again, its attempts reset."""
-    job = _app(app_ref).retry(job_id)
-    _echo(f"job {job.id} is {job.status} again (attempts reset)")
+@click.argument("job_id", metavar="[ID]", required=False)
+@click.option("--all", "every", is_flag=True, help="Re-drive every failed job the filters match.")
+@click.option("--queue", default=None, help="With --all: only failed jobs of this queue.")
+@click.option("--name", default=None, help="With --all: only failed jobs of this name.")
+@click.option(
+    "--error-contains", default=None, metavar="TEXT", help="With --all: only errors holding TEXT."
+)
+@click.option("--dry-run", is_flag=True, help="With --all: count what would be re-driven.")
+def retry(
+    app_ref: str,
+    job_id: str | None,
+    every: bool,
+    queue: str | None,
+    name: str | None,
+    error_contains: str | None,
+    dry_run: bool,
+) -> None:
+    """Re-drive failed or cancelled job ID, or with --all every failed job (the dead letter)
+    of --queue, --name and --error-contains: pending again, attempts reset. --all walks the
+    dead letter in batches of 200, never all of it in memory."""
+    filters = queue is not None or name is not None or error_contains is not None
+    if job_id is not None and (every or filters or dry_run):
+        raise click.UsageError("give a job ID or --all with its filters, not both")
+    if job_id is None and not every:
+        raise click.UsageError("give a job ID, or --all (with --queue/--name/--error-contains)")
+    if job_id is None and error_contains == "":
+        raise click.UsageError("--error-contains needs some text")
+    if job_id is not None:
+        job = _app(app_ref).retry(job_id)
+        _echo(f"job {job.id} is {job.status} again (attempts reset)")
+        return
+    if queue is not None:
+        check_name("queue", queue)
+    app = _app(app_ref)
+    flt = _bulk.DeadFilter(queue=queue, name=name, contains=error_contains)
+    done = _bulk.retry(
+        app,
+        flt,
+        dry_run=dry_run,
+        on_batch=None if dry_run else lambda n: _echo(f"re-driven {n} so far", err=True),
+    )
+    for problem in done.problems[:20]:
+        _echo(f"not re-driven: {problem}", err=True)
+    if len(done.problems) > 20:
+        _echo(f"not re-driven: {len(done.problems) - 20} more", err=True)
+    what = "failed job" if done.done == 1 else "failed jobs"
+    if dry_run:
+        _echo(f"{done.done} {what} would be re-driven; nothing changed (--dry-run)")
+    else:
+        _echo(
+            f"re-drove {done.done} {what}"
+            + (f", {len(done.problems)} refused" if done.problems else "")
+        )
+
+
+@cli.command("queue")
+@click.argument("app_ref", metavar="APP")
+@click.argument("queue_name", metavar="NAME")
+@click.option("--pause", "pause_", is_flag=True, help="Stop every worker taking its jobs.")
+@click.option("--resume", is_flag=True, help="Let the workers take its jobs again.")
+@click.option(
+    "--max-concurrency",
+    default=None,
+    metavar="N",
+    help="Jobs of the queue running at once across every worker ('none': unlimited).",
+)
+def queue_cmd(
+    app_ref: str, queue_name: str, pause_: bool, resume: bool, max_concurrency: str | None
+) -> None:
+    """Pause or resume queue NAME, or set its max_concurrency, keeping its other settings;
+    with no option, print its settings."""
+    if pause_ and resume:
+        raise click.UsageError("give --pause or --resume, not both")
+    limit: int | None = None
+    if max_concurrency is not None:
+        if max_concurrency.lower() in ("none", "unlimited"):
+            limit = None
+        else:
+            try:
+                limit = int(max_concurrency)
+            except ValueError:
+                raise click.UsageError(
+                    f"--max-concurrency must be a whole number of at least 1 or 'none',"
+                    f" got {max_concurrency!r}"
+                ) from None
+            if limit < 1:
+                raise click.UsageError(f"--max-concurrency must be at least 1, got {limit}")
+    check_name("queue", queue_name)
+    app = _app(app_ref)
+    if pause_ or resume:
+        app.pause_queue(queue_name, pause_)
+    if max_concurrency is not None:
+        _bulk.set_max_concurrency(app, queue_name, limit)
+    cfg = {q.name: q for q in app.queues()}.get(queue_name, QueueConfig(queue_name))
+    state = "paused" if cfg.paused else "active"
+    conc = "unlimited" if cfg.max_concurrency is None else str(cfg.max_concurrency)
+    _echo(f"queue {queue_name}: {state}, max_concurrency={conc}")
 
 
 @cli.command()

@@ -30,6 +30,7 @@ from .backends.base import (
     QueueLimits,
     QueueStats,
     Schedule,
+    StatsParams,
     StoreInfo,
 )
 from .job import Job
@@ -61,8 +62,8 @@ class QueueRow:
     paused: bool
     retention: float | None  # the queue's own: seconds a completed job is kept
     default_retention: float | None  # the store's, where the queue sets none (StoreInfo)
-    # Seconds the queue's oldest pending job has waited, where the store can tell it cheaply:
-    # none can through the Backend protocol yet (a listing walks the jobs), so None for now.
+    # Seconds the queue's oldest due pending job has waited since it became due (its run_at:
+    # ``QueueStats.oldest_pending_at``, an index probe in the store); None: none is due.
     oldest_pending_age: float | None = None
 
     @property
@@ -180,13 +181,17 @@ def queue_rows(
     info = app.store_info() if info is None else info
     configs = {c.name: c for c in app.queues()}
     names = set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()}
-    return tuple(_queue_row(q, stats.get(q), configs.get(q), info) for q in sorted(names))
+    # The store's "now" (one more call) only when some queue has a due pending job to age.
+    due = any(s.oldest_pending_at is not None for s in stats.values())
+    now = app.backend.clock_now() if due else 0.0
+    return tuple(_queue_row(q, stats.get(q), configs.get(q), info, now) for q in sorted(names))
 
 
 def _queue_row(
-    name: str, st: QueueStats | None, cfg: QueueConfig | None, info: StoreInfo
+    name: str, st: QueueStats | None, cfg: QueueConfig | None, info: StoreInfo, now: float
 ) -> QueueRow:
     counts = st.counts if st is not None else {}
+    oldest = None if st is None else st.oldest_pending_at
     return QueueRow(
         name=name,
         counts={s: counts.get(s, 0) for s in STATUSES},
@@ -199,6 +204,7 @@ def _queue_row(
         paused=cfg is not None and cfg.paused,
         retention=None if cfg is None else cfg.retention,
         default_retention=info.retention,
+        oldest_pending_age=None if oldest is None else max(now - oldest, 0.0),
     )
 
 
@@ -226,7 +232,8 @@ def _running_by_worker(
     app: App, stats: dict[str, QueueStats] | None
 ) -> dict[str, list[Job]] | None:
     """The running jobs by worker id; None past :data:`MAX_RUNNING_LISTED` of them."""
-    stats = {s.queue: s for s in app.stats()} if stats is None else stats
+    if stats is None:  # the counts only (no count of the last minute's completions)
+        stats = {s.queue: s for s in app.backend.stats_get(StatsParams(recent=False))}
     total = sum(s.counts.get("running", 0) for s in stats.values())
     if total > MAX_RUNNING_LISTED:
         return None

@@ -30,7 +30,9 @@ from jobyard.backends.base import (
 TRANSACTIONAL = {"postgres"}
 FOREIGN_QUEUES = {"redis", "redis_cluster"}
 REDIS = {"redis", "redis_cluster"}
-EXPIRING = REDIS  # a retention of its own (result_ttl, failed_ttl, a queue's time to live)
+# a retention of its own (Redis: result_ttl, failed_ttl, a queue's time to live; every store:
+# the throughput history, which Redis prunes by key TTLs and the others in jobs_expire)
+EXPIRING = {"memory", "sqlite", "postgres", *REDIS}
 TIDYING = {"postgres", "sqlite"}  # dead rows to vacuum (PostgreSQL), a WAL to checkpoint
 
 

@@ -77,6 +77,12 @@ def test_status_prints_each_queues_limits_and_retention(run: Callable[..., str])
     queues = {q["queue"]: q for q in data["queues"]}
     assert queues["mail"]["retention"] == 3600 and queues["plain"]["retention"] == kept
     assert queues["plain"]["counts"]["pending"] == 1
+    # and how long the oldest due pending job has waited, and whether the queue is paused
+    assert (
+        queues["plain"]["oldest_pending_age"] >= 0 and queues["mail"]["oldest_pending_age"] is None
+    )
+    assert queues["mail"]["paused"] is True and queues["plain"]["paused"] is False
+    assert rows["plain"].split()[8] in ("<1s", "1s", "2s") and rows["mail"].split()[8] == "-"
     assert data["warnings"] == list(app.store_info().warnings) and data["workers"] == []
     assert list(data) == ["store", "queues", "workers", "warnings", "limits"]
 

@@ -232,7 +232,7 @@ def test_holds_and_drops_left_owed_by_a_dead_caller_are_paid_by_the_reaper(
     held = backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))
     backend.jobs_ack(JobsAckParams([Outcome(h.id, h.token, "failed") for h in held]))
     # when a purge of queue "b" runs its script and its caller dies before paying what it owes
-    args = [backend.core.now(), "1", "0", "100", "0", backend.keys.prefix, "", "failed"]
+    args = [backend.core.now(), "1", "0", "100", "0", backend.keys.prefix, "", "", "failed"]
     reply = backend.core.run("jobs_purge", backend.keys.queue("b"), args)
     assert [int(x) for x in reply[:4]] == [1, 0, 0, 0]
     assert sorted(e[2][:1] for e in reply[4:]) == ["d", "f"]

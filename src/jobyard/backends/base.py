@@ -60,6 +60,11 @@ MAX_IDEMPOTENCY_KEY = 200  # characters of an idempotency key (checked by JobOpt
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
 MAX_LIMIT_KEY = 200  # characters of a limit key (``.options(key=...)``, checked by JobOptions)
+# The throughput history (:meth:`Backend.throughput_get`): one bucket per queue and minute,
+# kept for a day and an hour (a day's chart is always whole), older ones pruned by
+# ``jobs_expire`` (Redis: by a key TTL).
+THROUGHPUT_STEP = 60
+THROUGHPUT_KEEP = 25 * 3600
 
 
 # --- records -------------------------------------------------------------------------------
@@ -279,6 +284,32 @@ class QueueStats:
     queue: str
     counts: dict[str, int]  # status -> jobs
     completed_last_minute: int
+    # The ``run_at`` of the queue's oldest due pending job (the one waiting longest since it
+    # became due), or None when no pending job is due: found by an index probe per priority
+    # level (Redis: the head of each ready zset), never by a scan.
+    oldest_pending_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputParams:
+    """Which history to read: the minutes that end after ``now - since`` (the one under way
+    included), of ``queues`` (empty: every queue)."""
+
+    since: float = 3600.0
+    queues: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputMinute:
+    """Jobs of ``queue`` that ended in the minute starting at ``minute`` (epoch seconds, a
+    multiple of :data:`THROUGHPUT_STEP`): ``completed`` (by an acknowledgement) and ``failed``
+    (into the dead letter: by an acknowledgement, or by the reaper when a lapsed lease spent
+    the last attempt). Cancelled jobs and retries are not counted."""
+
+    queue: str
+    minute: float
+    completed: int
+    failed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -675,6 +706,103 @@ class JobsListParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsSearchParams:
+    """One page of jobs, newest first, found by cursor (the dashboard's listing, the dead letter's
+    bulk moves). ``queue`` and ``status`` choose what is walked, through an index (SQL: the
+    primary key backwards, within a status's partition or index; Redis: a state index per
+    queue). ``name``, ``idempotency_key`` (exact), ``contains`` (a substring of the payload's
+    JSON text) and ``error_contains`` (of the error) are checked on the jobs walked; a key alone
+    is looked up in its own index (SQL; Redis walks). ``before``: the ``next`` of the previous
+    page (the store's own cursor, opaque to the caller). At most ``scan`` jobs are walked per
+    call (Redis shares them between the queue and state indexes it walks, at least one each),
+    so a filter that matches rarely costs a bounded time per page and says where to go on."""
+
+    queue: str | None = None
+    status: str | None = None
+    name: str | None = None
+    idempotency_key: str | None = None
+    contains: str | None = None
+    error_contains: str | None = None
+    before: str | None = None
+    limit: int = 50
+    scan: int = 5000
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}: use one of {', '.join(STATUSES)}")
+        if self.limit < 1 or self.scan < 1:
+            raise ValueError("limit and scan must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPage:
+    """What :meth:`Backend.jobs_search` found: up to ``limit`` matching jobs, newest first;
+    ``next``, the cursor of the next (older) page, or None when nothing older is left to walk;
+    and ``scanned``, how many jobs were walked to find them. A page may hold fewer than
+    ``limit`` jobs (even none) and still have a ``next``: the walk stopped at ``scan``."""
+
+    jobs: list[JobRecord]
+    next: str | None
+    scanned: int
+
+
+def error_line(error: str | None) -> str:
+    """The line a failed job's error is grouped by in the dead letter: its last line with
+    anything but spaces, tabs and carriage returns on it (a traceback's exception and message),
+    without those around it. Lines end at "\n" only, as every store splits them."""
+    if not error:
+        return ""
+    return error.rstrip(" \t\r\n").rsplit("\n", 1)[-1].strip(" \t\r")
+
+
+ERROR_TAIL = 1000  # characters of an error a store may group by (a longer last line: its end)
+
+
+def in_group(error: str | None, line: str) -> bool:
+    """Whether a failed job's error belongs to a dead-letter group of ``line``: its
+    :func:`error_line`, or (a last line longer than :data:`ERROR_TAIL`, which a store groups
+    by its end) a line that ends with it."""
+    mine = error_line(error)
+    return mine == line or (len(line) >= ERROR_TAIL // 2 and mine.endswith(line))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroupsParams:
+    """Group the dead letter: the newest ``scan`` failed jobs (of ``queue``, or of every
+    queue) by queue, name and :func:`error_line` of the error's last :data:`ERROR_TAIL`
+    characters (so a store reads no more of each error than that)."""
+
+    queue: str | None = None
+    scan: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Failed jobs of one queue and name whose errors end with the same line: how many, the
+    latest and the earliest finished_at, and ``sample_id``, the id of the group's newest job
+    (the last enqueued: the first a listing shows)."""
+
+    queue: str
+    name: str
+    error_line: str
+    count: int
+    newest: float
+    oldest: float
+    sample_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroups:
+    """What :meth:`Backend.dead_groups` found: the groups, biggest first (then newest first,
+    then by queue, name and line); how many failed jobs were walked; and whether that was every
+    failed job of the queue (or of every queue)."""
+
+    groups: list[DeadGroup]
+    scanned: int
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobsPurgeParams:
     """Delete finished jobs. ``statuses`` may only name finished states (ValueError otherwise);
     each is kept once, in the order given.
@@ -694,6 +822,10 @@ class JobsPurgeParams:
     statuses: Sequence[str] = FINISHED
     older_than: float = 0.0  # seconds before now, judged by finished_at
     queue: str | None = None
+    # Only these jobs (the dead letter's bulk purge, a batch of ids at a time; unknown ids and
+    # jobs the other filters leave out are ignored); an input this frees is deleted with them
+    # only if it is among them. None: every job the other filters match.
+    ids: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         statuses = tuple(dict.fromkeys(self.statuses))
@@ -756,9 +888,12 @@ class WorkersBeatParams:
 
 @dataclass(frozen=True, slots=True)
 class StatsParams:
-    """Which queues to count (empty: all)."""
+    """Which queues to count (empty: all). ``recent`` False: ``completed_last_minute`` may be
+    left 0 (a store that counts the last minute's jobs skips it: the dashboard reads the
+    throughput history instead, which costs the same however busy the minute was)."""
 
     queues: Sequence[str] = field(default_factory=tuple)
+    recent: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -915,6 +1050,27 @@ class StoreTidyParams:
     dead_fraction: float = 0.2
 
 
+def sort_groups(groups: Sequence[DeadGroup]) -> list[DeadGroup]:
+    """Groups in :class:`DeadGroups` order: biggest, then newest, then queue, name, line."""
+    return sorted(groups, key=lambda g: (-g.count, -g.newest, g.queue, g.name, g.error_line))
+
+
+def group_dead(rows: Sequence[tuple[str, str, str | None, float | None, str]]) -> list[DeadGroup]:
+    """Group walked failed jobs, ``(queue, name, error, finished_at, id)`` newest first, as
+    :meth:`Backend.dead_groups` does (a store that reads the rows and groups them here)."""
+    out: dict[tuple[str, str, str], list[Any]] = {}
+    for queue, name, error, finished, job_id in rows:
+        at = finished or 0.0
+        g = out.get(key := (queue, name, error_line((error or "")[-ERROR_TAIL:])))
+        if g is None:
+            out[key] = [1, at, at, job_id]  # the first walked: the newest job
+        else:
+            g[0] += 1
+            g[1] = max(g[1], at)
+            g[2] = min(g[2], at)
+    return sort_groups([DeadGroup(*k, *v) for k, v in out.items()])
+
+
 # --- the protocol ------------------------------------------------------------------------------
 
 
@@ -950,6 +1106,16 @@ class Backend(Protocol):
 
     def jobs_list(self, params: JobsListParams) -> list[JobRecord]:
         """Jobs matching the filter, newest first."""
+        ...
+
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page of jobs by cursor, newest first (see :class:`JobsSearchParams`): never by
+        offset, and never walking more than ``scan`` jobs."""
+        ...
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The dead letter grouped (see :class:`DeadGroupsParams`): the newest failed jobs
+        walked newest first, never more than ``scan`` of them."""
         ...
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
@@ -1023,7 +1189,16 @@ class Backend(Protocol):
         ...
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
-        """Per queue: counts by status and completions in the last minute."""
+        """Per queue: counts by status, completions in the last minute and the run_at of the
+        oldest due pending job."""
+        ...
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept throughput history (see :class:`ThroughputMinute`): only minutes in which
+        something ended, by queue then minute. ``jobs_ack`` and ``leases_reap`` add to it in
+        the same atomic move as the job's change, so it survives every restart of workers and
+        readers; minutes older than :data:`THROUGHPUT_KEEP` are dropped by ``jobs_expire``
+        (or by the store itself)."""
         ...
 
     # flow control
@@ -1134,8 +1309,9 @@ EntryEnqueue = Callable[..., list[Inserted]]
 class ExpiringBackend(Backend, Protocol):
     """A store that keeps a retention of its own, apart from any purge (Redis: the URL's
     ``result_ttl`` and ``failed_ttl``, a queue fed with a time to live): every worker's
-    maintenance applies it after each reap. The others keep finished jobs until purged, and
-    have nothing to expire."""
+    maintenance applies it after each reap. The SQL stores and memory keep finished jobs until
+    purged, but prune the throughput history here (minutes past :data:`THROUGHPUT_KEEP`, see
+    :meth:`Backend.throughput_get`), returning 0."""
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
         """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were

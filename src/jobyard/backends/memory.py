@@ -26,17 +26,24 @@ from .base import (
     QUEUED,
     REDRIVABLE,
     STATUSES,
+    THROUGHPUT_KEEP,
+    THROUGHPUT_STEP,
     Claimed,
     ClaimedJob,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobRecord,
     JobsAckParams,
     JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
     KeyStats,
@@ -61,8 +68,11 @@ from .base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
+    group_dead,
     refuse_connection,
 )
 
@@ -107,10 +117,18 @@ class MemoryBackend:
         # turn of the latest job claimed (the queue's current round).
         self._last_turn: dict[str, dict[str | None, int]] = {}
         self._round: dict[str, int] = {}
+        # (queue, minute) -> [completed, failed]: the throughput history
+        self._throughput: dict[tuple[str, float], list[int]] = {}
 
     def _now(self) -> float:
         now = self.clock.now()
         return time.time() if now is None else now
+
+    def _tally(self, queue: str, status: str, now: float) -> None:
+        """Count a job that ended completed or failed in its minute (under the lock)."""
+        minute = float(int(now // THROUGHPUT_STEP) * THROUGHPUT_STEP)
+        bucket = self._throughput.setdefault((queue, minute), [0, 0])
+        bucket[0 if status == "completed" else 1] += 1
 
     # schema ---------------------------------------------------------------------------------
 
@@ -283,6 +301,53 @@ class MemoryBackend:
         recs.sort(key=lambda r: int(r.id), reverse=True)
         return recs[params.offset : params.offset + params.limit]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """Newest first from the cursor (an id), at most ``scan`` jobs of the queue and
+        status walked."""
+        p = params
+        if p.before is not None and not p.before.isdigit():
+            raise ValueError(f"invalid cursor {p.before!r}")
+        with self._lock:
+            walk = sorted(
+                (
+                    r.rec
+                    for r in self._rows.values()
+                    if (p.queue is None or r.rec.queue == p.queue)
+                    and (p.status is None or r.rec.status == p.status)
+                    and (p.before is None or int(r.rec.id) < int(p.before))
+                ),
+                key=lambda rec: int(rec.id),
+                reverse=True,
+            )
+        found: list[JobRecord] = []
+        scanned = 0
+        for rec in walk:
+            scanned += 1
+            if _search_matches(rec, p):
+                found.append(rec)
+                if len(found) == p.limit:
+                    return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
+            if scanned == p.scan:
+                return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
+        return JobsPage(found, None, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs, grouped."""
+        with self._lock:
+            failed = sorted(
+                (
+                    r.rec
+                    for r in self._rows.values()
+                    if r.rec.status == "failed"
+                    and (params.queue is None or r.rec.queue == params.queue)
+                ),
+                key=lambda rec: int(rec.id),
+                reverse=True,
+            )
+        walked = failed[: params.scan]
+        rows = [(r.queue, r.name, r.error, r.finished_at, r.id) for r in walked]
+        return DeadGroups(group_dead(rows), len(walked), len(walked) == len(failed))
+
     def _row(self, job_id: str) -> _Row:
         row = self._rows.get(job_id)
         if row is None:
@@ -356,9 +421,12 @@ class MemoryBackend:
         with self._lock:
             limit = self._now() - params.older_than
 
+            only = None if params.ids is None else set(params.ids)
+
             def matches(r: _Row) -> bool:
                 return (
-                    r.rec.status in params.statuses
+                    (only is None or r.rec.id in only)
+                    and r.rec.status in params.statuses
                     and (params.queue is None or r.rec.queue == params.queue)
                     and r.rec.finished_at is not None
                     and r.rec.finished_at <= limit
@@ -529,10 +597,12 @@ class MemoryBackend:
                 rec = row.rec
                 if out.kind == "completed":
                     row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
+                    self._tally(rec.queue, "completed", now)
                     self._release(row, now)
                     self._unhold(row)
                 elif out.kind == "failed":
                     row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
+                    self._tally(rec.queue, "failed", now)
                 elif out.kind == "cancelled":
                     row.rec = replace(rec, status="cancelled", error=out.error, finished_at=now)
                 elif out.kind == "retry":
@@ -617,11 +687,33 @@ class MemoryBackend:
                     row.rec = replace(rec, status="failed", error=LEASE_LOST_ERROR, finished_at=now)
                 else:
                     row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
+                if row.rec.status == "failed":
+                    self._tally(rec.queue, "failed", now)
                 reaped.append(Reaped(rec.id, row.rec.status, rec.name, rec.queue))
             if reaped:
                 self._inserts += 1
                 self._lock.notify_all()
         return reaped
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        with self._lock:
+            cutoff = self._now() - THROUGHPUT_KEEP
+            for key in [k for k in self._throughput if k[1] < cutoff]:
+                del self._throughput[key]
+        return 0
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since``, by queue then minute."""
+        with self._lock:
+            start = self._now() - params.since
+            wanted = set(params.queues)
+            return [
+                ThroughputMinute(queue, minute, c, f)
+                for (queue, minute), (c, f) in sorted(self._throughput.items())
+                if minute > start - THROUGHPUT_STEP and (not wanted or queue in wanted)
+            ]
 
     # queues, workers, stats -------------------------------------------------------------------
 
@@ -676,14 +768,22 @@ class MemoryBackend:
             for name in sorted(names):
                 counts = dict.fromkeys(STATUSES, 0)
                 recent = 0
+                oldest: float | None = None
                 for r in self._rows.values():
                     if r.rec.queue != name:
                         continue
                     counts[r.rec.status] += 1
+                    due = r.rec.run_at
+                    if (
+                        r.rec.status == "pending"
+                        and due <= now
+                        and (oldest is None or due < oldest)
+                    ):
+                        oldest = due
                     fin = r.rec.finished_at
                     if r.rec.status == "completed" and fin is not None and fin >= now - 60:
                         recent += 1
-                out.append(QueueStats(name, counts, recent))
+                out.append(QueueStats(name, counts, recent, oldest))
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
@@ -866,6 +966,16 @@ def _rate_used(rate: Rate, tat: float | None, now: float) -> float:
     if tat is None or tat <= now:
         return 0.0
     return min(1.0, (tat - now) / (rate.burst * rate.interval))
+
+
+def _search_matches(rec: JobRecord, p: JobsSearchParams) -> bool:
+    """Whether a walked job passes the filters that are checked on each job."""
+    return (
+        (p.name is None or rec.name == p.name)
+        and (p.idempotency_key is None or rec.idempotency_key == p.idempotency_key)
+        and (p.contains is None or p.contains in rec.payload)
+        and (p.error_contains is None or p.error_contains in (rec.error or ""))
+    )
 
 
 def _same_ticks(old: Schedule, new: Schedule) -> bool:

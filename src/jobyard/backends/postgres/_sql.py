@@ -47,6 +47,16 @@ class Queries:
     workers_beat: str
     workers_list: str
     stats_get: str
+    jobs_search: str
+    jobs_search_end: str
+    dead_groups: str
+    jobs_purge_ids: str
+    jobs_search_status: str
+    jobs_search_status_end: str
+    jobs_search_key: str
+    jobs_search_key_end: str
+    throughput_get: str
+    throughput_prune: str
     clock_now: str
     autovacuum_setting: str
     tidy_lock: str
@@ -57,6 +67,7 @@ class Queries:
     vacuum_jobs_running: str
     vacuum_job_keys: str
     vacuum_job_counts: str
+    vacuum_throughput: str
     vacuum_workers: str
     schedules_sync: str
     schedules_list: str

@@ -48,10 +48,15 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     LEASE_LOST_ERROR,
     STATUSES,
+    THROUGHPUT_KEEP,
     Claimed,
     ClaimedJob,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobLimits,
     JobRecord,
@@ -59,9 +64,12 @@ from ..base import (
     JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
     LeasesReapParams,
@@ -84,9 +92,12 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     bounded_delay,
+    sort_groups,
 )
 from . import _caller, _migrate
 from ._connect import Settings, is_dropped, open_pool, parse_url
@@ -494,6 +505,67 @@ class PostgresBackend:
             query = Q.jobs_list
         return [_record(r) for r in self._run(lambda c: self._fetch(c, query, args))]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (an id): the newest ``scan`` jobs below it walked by primary key
+        (one partition when a status is given; a key through jobs_key), filtered; then the
+        hits read by id (two statements, one round trip each)."""
+        p = params
+        before = None if p.before is None else parse_numeric_id(p.before)
+        if p.before is not None and before is None:
+            raise ValueError(f"invalid cursor {p.before!r}")
+        args = {
+            "before": 2**63 - 1 if before is None else before,
+            "queue": p.queue,
+            "status": p.status,
+            "name": p.name,
+            "key": exact_in(p.idempotency_key),
+            "contains": storable(p.contains),
+            "error_contains": storable(p.error_contains),
+            "limit": p.limit,
+            "scan": p.scan,
+        }
+        if p.idempotency_key is not None:
+            query, end = Q.jobs_search_key, Q.jobs_search_key_end
+        elif p.status is not None:
+            query, end = Q.jobs_search_status, Q.jobs_search_status_end
+        else:
+            query, end = Q.jobs_search, Q.jobs_search_end
+
+        def search(conn: Conn) -> tuple[list[int], Row, list[Row]]:
+            # Two round trips: the hits, then the walk's extent and the hits' records together.
+            hits = [int(r[0]) for r in self._fetch(conn, query, args)]
+            ends = {**args, "low": hits[-1] if len(hits) == p.limit else 0}
+            listed: dict[str, Any] = {"ids": hits, "limit": len(hits), "offset": 0}
+            listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
+            with conn.pipeline():
+                extent = conn.execute(end, ends, prepare=True)
+                found = conn.execute(Q.jobs_list_ids, listed, prepare=True) if hits else None
+            return hits, extent.fetchall()[0], [] if found is None else found.fetchall()
+
+        hits, (scanned, low), rows = self._run(search)
+        records = [_record(r) for r in rows]
+        scanned = int(scanned)
+        if len(hits) == p.limit:
+            cursor: str | None = str(hits[-1])
+        else:
+            cursor = str(low) if scanned == p.scan else None
+        return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs grouped in one statement (the failed partition's
+        primary key backwards; each error's tail only)."""
+        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        rows = self._run(lambda c: self._fetch(c, Q.dead_groups, args))
+        groups = [
+            DeadGroup(
+                r[0], r[1], r[2] or "", int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6])
+            )
+            for r in rows
+        ]
+        walked = int(rows[0][7]) if rows else 0
+        scanned = min(walked, params.scan)
+        return DeadGroups(sort_groups(groups), scanned, walked <= params.scan)
+
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Cancel a waiting or pending job, or record a request on a running one. Raise
         JobNotFound, or InvalidTransition if it is finished."""
@@ -553,13 +625,20 @@ class PostgresBackend:
         downstream of a failed or cancelled job."""
         if not params.statuses:
             return Purged()
-        args = {
+        args: dict[str, Any] = {
             "now": self.clock.now(),
             "statuses": sorted(set(params.statuses)),
             "older_than": float(params.older_than),
             "queue": params.queue,
+            "ids": None,
         }
-        steps: list[_caller.Step] = [(Q.purge_fence, None), (Q.jobs_purge, args)]
+        query = Q.jobs_purge
+        if params.ids is not None:
+            args["ids"] = [n for i in params.ids if (n := parse_numeric_id(i)) is not None]
+            if not args["ids"]:
+                return Purged()
+            query = Q.jobs_purge_ids
+        steps: list[_caller.Step] = [(Q.purge_fence, None), (query, args)]
         rows = self._run(lambda c: self._locked(c, steps))
         jobs, waiting, kept = rows[0]
         return Purged(int(jobs), int(waiting), int(kept))
@@ -682,6 +761,13 @@ class PostgresBackend:
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
         return [Reaped(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        args = {"now": self.clock.now(), "keep": float(THROUGHPUT_KEEP)}
+        self._run(lambda c: c.execute(Q.throughput_prune, args, prepare=True))
+        return 0
 
     # transactional completion -----------------------------------------------------------------
 
@@ -808,17 +894,31 @@ class PostgresBackend:
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
-        args = {"now": self.clock.now(), "queues": list(params.queues)}
+        args = {"now": self.clock.now(), "queues": list(params.queues), "recent": params.recent}
         rows = self._run(lambda c: self._fetch(c, Q.stats_get, args))
         counts: dict[str, dict[str, int]] = {}
         recent: dict[str, int] = {}
+        oldest: dict[str, float] = {}
         for queue, kind, n in rows:
+            if kind == "oldest":  # a run_at in microseconds (the column is a count)
+                oldest[queue] = int(n) / 1_000_000
+                continue
             per = counts.setdefault(queue, dict.fromkeys(STATUSES, 0))
             if kind == "recent":
                 recent[queue] = int(n)
             elif kind in per:
                 per[kind] = int(n)
-        return [QueueStats(q, counts[q], recent.get(q, 0)) for q in sorted(counts)]
+        return [QueueStats(q, counts[q], recent.get(q, 0), oldest.get(q)) for q in sorted(counts)]
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since`` (one range of the primary key)."""
+        args = {
+            "now": self.clock.now(),
+            "since": float(params.since),
+            "queues": list(params.queues),
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.throughput_get, args))
+        return [ThroughputMinute(r[0], float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; a warning when the server's autovacuum is off

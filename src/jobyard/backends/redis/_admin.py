@@ -19,6 +19,8 @@ from ..base import (
     QueueStats,
     StatsParams,
     StoreInfo,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
 )
@@ -131,14 +133,34 @@ def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
     out = []
     for batch in c.slices(names):
         reply = c.run("stats_get", c.group_keys(batch), [c.now(), str(len(batch))])
-        width = len(STATUSES) + 2  # the counts, completed in the last minute, configured
+        # the counts, completed in the last minute, configured, the oldest due run_at
+        width = len(STATUSES) + 3
         for g, q in enumerate(batch):
-            row = [int(v) for v in reply[g * width : (g + 1) * width]]
+            values = reply[g * width : (g + 1) * width]
+            row = [int(v) for v in values[:-1]]
             counts = dict(zip(STATUSES, row[: len(STATUSES)], strict=True))
             if not any(counts.values()) and not row[-1]:
                 continue
-            out.append(QueueStats(q, counts, row[-2]))
+            oldest = float(values[-1]) if values[-1] else None
+            out.append(QueueStats(q, counts, row[-2], oldest))
     out.sort(key=lambda s: s.queue)
+    return out
+
+
+def throughput_get(c: Core, params: ThroughputParams) -> list[ThroughputMinute]:
+    """The kept minutes of each queue (one script per slice of queues)."""
+    names = c.known_queues()
+    if params.queues:
+        wanted = set(params.queues)
+        names = [q for q in names if q in wanted]
+    out = []
+    for batch in c.slices(names):
+        args = [c.now(), str(len(batch)), repr(float(params.since))]
+        reply = c.run("throughput_get", c.group_keys(batch), args)
+        for i in range(0, len(reply), 4):
+            g, minute, done, failed = reply[i : i + 4]
+            out.append(ThroughputMinute(batch[int(g) - 1], float(minute), int(done), int(failed)))
+    out.sort(key=lambda m: (m.queue, m.minute))
     return out
 
 

@@ -47,6 +47,7 @@ unreachable, default 20) and ``socket_timeout`` (default 30); anything else goes
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -63,10 +64,14 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     LEASE_LOST_ERROR,
     STATUSES,
     Claimed,
     ClaimedJob,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Delivery,
     Inserted,
     JobRecord,
@@ -77,7 +82,9 @@ from ..base import (
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
     LeasesReapParams,
@@ -98,9 +105,12 @@ from ..base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
+    sort_groups,
 )
 from . import _admin, _insert, _schedules, consumers
 from ._connection import TRANSIENT
@@ -210,6 +220,9 @@ class _Paid:
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
     return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+DEAD_CALL = 1000  # failed jobs one dead_groups script walks (a few ms of the server's time)
 
 
 class RedisBackend:
@@ -362,6 +375,90 @@ class RedisBackend:
         found.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]), reverse=True)
         return found[params.offset : params.offset + params.limit]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (a job number: the one sequence orders every queue). Each queue's
+        state index (or each of them) is walked from the cursor by a script, at most ``scan``
+        entries per walk; the walks are merged here: the next page starts at the highest number
+        where a walk stopped early, so every job above it was walked by every walk. Then the
+        hits' hashes are read in one pipeline (as ``jobs_list`` by ids)."""
+        p = params
+        if p.before is not None and not (p.before.isdigit() and len(p.before) <= 18):
+            raise ValueError(f"invalid cursor {p.before!r}")
+        if p.queue is not None:
+            queues = [p.queue] if QUEUE_RE.match(p.queue) else []
+        else:
+            queues = self.core.known_queues()
+        hits: list[tuple[int, str]] = []  # (number, queue)
+        stops: list[int] = []
+        scanned = 0
+        # One budget for the whole page, shared by every index walked (a queue's, or each of its
+        # six states'), so a page never holds the server for more than ``scan`` reads.
+        walks = max(len(queues) * (1 if p.status else len(STATUSES)), 1)
+        each = max(p.scan // walks, 1)
+        for names in self.core.slices(queues):
+            args = [
+                str(len(names)),
+                p.status or "",
+                p.name or "",
+                p.idempotency_key or "",
+                p.contains or "",
+                p.error_contains or "",
+                p.before or "",
+                str(p.limit),
+                str(each),
+            ]
+            for row in self.core.run("jobs_search", self.core.group_keys(names), args):
+                queue = names[int(row[0]) - 1]
+                if row[1]:
+                    stops.append(int(row[1]))
+                scanned += int(row[2])
+                hits.extend((int(n), queue) for n in row[3:])
+        floor = max(stops, default=0)
+        kept = sorted((h for h in hits if h[0] >= floor), reverse=True)
+        if len(kept) > p.limit:
+            kept = kept[: p.limit]
+            cursor: str | None = str(kept[-1][0])
+        else:
+            cursor = str(floor) if stops else None
+        ids = [make_id(q, str(n)) for n, q in kept]
+        records = self._list_ids(JobsListParams(ids=ids, limit=len(ids))) if ids else []
+        return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """Each queue's newest ``scan`` failed jobs (a budget per queue), walked by a script in
+        calls of :data:`DEAD_CALL` jobs and grouped by it; the calls' groups merged here."""
+        if params.queue is not None:
+            queues = [params.queue] if QUEUE_RE.match(params.queue) else []
+        else:
+            queues = self.core.known_queues()
+        merged: dict[tuple[str, str, str], list[Any]] = {}
+        scanned, complete = 0, True
+        for queue in queues:
+            cursor, left = "", params.scan
+            while left > 0:
+                args = [cursor, str(min(DEAD_CALL, left)), str(ERROR_TAIL)]
+                reply = self.core.run("dead_groups", self.keys.queue(queue), args)
+                stop, walked = reply[0], int(reply[1])
+                scanned += walked
+                left -= walked
+                for i in range(2, len(reply), 6):
+                    name, line, count, newest, oldest, n = reply[i : i + 6]
+                    at, first = float(newest), float(oldest)
+                    g = merged.get(key := (queue, name, line))
+                    if g is None:  # the calls walk newest first: the first call's sample stays
+                        merged[key] = [int(count), at, first, make_id(queue, n)]
+                    else:
+                        g[0] += int(count)
+                        g[1] = max(g[1], at)
+                        g[2] = min(g[2], first)
+                if not stop:
+                    break
+                cursor = stop
+            else:
+                complete = False
+        groups = [DeadGroup(*k, *v) for k, v in merged.items()]
+        return DeadGroups(sort_groups(groups), scanned, complete)
+
     def _locate(self, job_id: str) -> tuple[str, str]:
         parsed = parse_job_id(job_id)
         if parsed is None:
@@ -457,9 +554,16 @@ class RedisBackend:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
             queues = self.core.known_queues()
+        only: dict[str, list[str]] | None = None
+        if params.ids is not None:  # only these jobs: the queues their ids name
+            only = {}
+            for q, n in filter(None, map(parse_job_id, params.ids)):
+                if q in queues or params.queue is None:
+                    only.setdefault(q, []).append(n)
+            queues = sorted(only)
         now = self.core.now()  # one cutoff for every batch and queue
         head = [repr(float(params.older_than)), str(PURGE_BATCH), _ttl(self.settings.result_ttl)]
-        head += [self.keys.prefix, "" if self.cluster else "1", *params.statuses]
+        head += [self.keys.prefix, "" if self.cluster else "1"]
         kept: dict[str, int] = {}  # held jobs kept, by the first queue of each call's slice
         deleted, waiting = 0, 0
         freed: set[str] = set()
@@ -467,8 +571,10 @@ class RedisBackend:
         while slices:
             for names in slices:
                 keys = self.core.group_keys(names)
+                numbers = "" if only is None else json.dumps([only.get(q, []) for q in names])
+                args = [now, str(len(names)), *head, numbers, *params.statuses]
                 while True:
-                    reply = self.core.run("jobs_purge", keys, [now, str(len(names)), *head])
+                    reply = self.core.run("jobs_purge", keys, args)
                     deleted += int(reply[0])
                     waiting += int(reply[1])
                     kept[names[0]] = int(reply[2])
@@ -939,6 +1045,10 @@ class RedisBackend:
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
         return _admin.stats_get(self.core, params)
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes (hashes per queue and hour that expire by themselves)."""
+        return _admin.throughput_get(self.core, params)
 
     def store_info(self) -> StoreInfo:
         """Node or Cluster, and the retention of the URL's ``result_ttl`` and ``failed_ttl``."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from ..._secrets import mask_url
 from ...errors import ConfigurationError, JobyardError
+from ..base import error_line
 
 PREFIX = "sqlite:///"
 BUSY_TIMEOUT = 10.0  # seconds a statement waits for another connection's write lock
@@ -141,6 +142,14 @@ def _lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def _error_line(error: object) -> str:
+    """jobyard_error_line(CAST(text AS BLOB)): bytes decoded leniently, as _lenient_text reads
+    text (a TEXT argument that is not UTF-8 would fail the statement before the call)."""
+    if isinstance(error, bytes):
+        return error_line(error.decode("utf-8", "replace"))
+    return error_line(error if isinstance(error, str) else None)
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open ``path`` set up for many processes: WAL, NORMAL sync, a busy timeout.
 
@@ -161,6 +170,9 @@ def connect(path: str) -> sqlite3.Connection:
         # A TEXT value that is not UTF-8 (written by another program) must not make a whole
         # listing or claim fail: the bad bytes read as U+FFFD.
         conn.text_factory = _lenient_text
+        # The dead letter's grouping line (base.error_line), so that dead_groups groups in SQL
+        # and hands back one row per group, not one per failed job.
+        conn.create_function("jobyard_error_line", 1, _error_line, deterministic=True)
         _wal(conn)
         # NORMAL in WAL mode loses no committed transaction on a process crash, only possibly
         # the last ones on power loss, and saves an fsync per commit.

@@ -42,11 +42,16 @@ from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     FINISHED,
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
+    THROUGHPUT_KEEP,
     Claimed,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobLimits,
     JobRecord,
@@ -54,9 +59,12 @@ from ..base import (
     JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
+    JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
     LeasesReapParams,
@@ -79,9 +87,12 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
+    sort_groups,
 )
 from . import _rows
 from ._connection import Connections, parse_url, read, write
@@ -326,6 +337,60 @@ class SQLiteBackend:
         rows = self._conns.get().execute(self._q[name], args).fetchall()
         return [_rows.record(row) for row in rows]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (an id): the newest ``scan`` jobs below it walked by primary key
+        (failed or cancelled ones through jobs_dead, a key through jobs_key), filtered, then
+        the hits read by id; one read snapshot."""
+        p = params
+        before = None if p.before is None else parse_numeric_id(p.before)
+        if p.before is not None and before is None:
+            raise ValueError(f"invalid cursor {p.before!r}")
+        args = {
+            "before": 2**63 - 1 if before is None else before,  # a range, never "IS NULL OR"
+            "queue": p.queue,
+            "status": p.status,
+            "name": p.name,
+            "key": p.idempotency_key,
+            "contains": p.contains,
+            "error_contains": p.error_contains,
+            "limit": p.limit,
+            "scan": p.scan,
+        }
+        if p.idempotency_key is not None:
+            name = "jobs_search_key"
+        elif p.status in DEAD:
+            name = "jobs_search_dead"
+        else:
+            name = "jobs_search"
+        conn = self._conns.get()
+        with read(conn):  # one snapshot: the hits, the extent of the walk, the records
+            hits = sorted((r[0] for r in conn.execute(self._q[name], args)), reverse=True)
+            full = len(hits) == p.limit
+            ends = {**args, "low": hits[-1] if full else 0}
+            scanned, low = conn.execute(self._q[name + "_end"], ends).fetchone()
+            records: list[JobRecord] = []
+            if hits:
+                listed = {"ids": json.dumps(hits), "limit": len(hits), "offset": 0}
+                listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
+                found = conn.execute(self._q["jobs_list_ids"], listed).fetchall()
+                records = [_rows.record(r) for r in found]
+        if full:
+            cursor: str | None = str(hits[-1])
+        else:
+            cursor = str(low) if scanned == p.scan else None
+        return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs through jobs_dead, grouped in one statement."""
+        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        rows = self._conns.get().execute(self._q["dead_groups"], args).fetchall()
+        groups = [
+            DeadGroup(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6]))
+            for r in rows
+        ]
+        walked = int(rows[0][7]) if rows else 0
+        return DeadGroups(sort_groups(groups), min(walked, params.scan), walked <= params.scan)
+
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Pending -> cancelled; running: a request recorded; JobNotFound or
         InvalidTransition otherwise."""
@@ -401,20 +466,27 @@ class SQLiteBackend:
             return Purged()
         q = self._q
         with self._writing() as conn:
+            only = None
+            if params.ids is not None:
+                only = json.dumps(sorted({k for k in map(parse_numeric_id, params.ids) if k}))
             args = {
                 "statuses": json.dumps(statuses),
                 "older_than": params.older_than,
                 "queue": params.queue,
                 "now": self._now(conn),
+                "only": only,
             }
-            queues = (
-                [params.queue]
-                if params.queue is not None
-                else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
-            )
             rows = []
-            for queue in queues:  # one index range per queue and status (see jobs_purge)
-                rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
+            if only is not None:
+                rows = conn.execute(q["jobs_purge_ids"], args).fetchall()
+            else:
+                queues = (
+                    [params.queue]
+                    if params.queue is not None
+                    else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
+                )
+                for queue in queues:  # one index range per queue and status (see jobs_purge)
+                    rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
             # Workflows: the steps that can never run now go too, and every job deleted before
             # it completed no longer holds its inputs; those it freed go if they match.
             inputs = [r[2] for r in rows if r[1] != "completed" and r[4] > 0]
@@ -539,6 +611,7 @@ class SQLiteBackend:
                 elif cursor.rowcount != 1:
                     stale.append(outcome.id)
             self._count(conn, moved)
+            self._tally(conn, now, moved)
             if inputs:
                 # Same transaction as the completions: SQLite's single writer makes the
                 # release of a join exactly once, however its inputs' acks race.
@@ -562,6 +635,22 @@ class SQLiteBackend:
         ]
         if rows:
             conn.executemany(self._q["counts_add"], rows)
+
+    def _tally(
+        self, conn: sqlite3.Connection, now: float | None, moved: Counter[tuple[str, str]]
+    ) -> None:
+        """Add the completed and failed jobs of an ack or reap to the throughput history
+        (0010_throughput.sql) inside the caller's write: one row per queue."""
+        per: dict[str, list[int]] = {}
+        for (queue, status), n in moved.items():
+            if n and status in ("completed", "failed"):
+                per.setdefault(queue, [0, 0])[status == "failed"] += n
+        rows = [
+            {"queue": q, "now": now, "completed": c, "failed": f}
+            for q, (c, f) in sorted(per.items())
+        ]
+        if rows:
+            conn.executemany(self._q["throughput_add"], rows)
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block until a job may have become due in ``queues``, or ``timeout`` passes."""
@@ -669,11 +758,32 @@ class SQLiteBackend:
                     "cancel_lost_error": CANCEL_LOST_ERROR,
                 },
             ).fetchall()
-            self._count(conn, Counter((r[2], r[1]) for r in rows if r[1] != "pending"))
+            finished = Counter((r[2], r[1]) for r in rows if r[1] != "pending")
+            self._count(conn, finished)
+            self._tally(conn, self.clock.now(), finished)
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
         return [Reaped(str(r[0]), r[1], r[3], r[2]) for r in rows]
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        with self._writing() as conn:
+            conn.execute(
+                self._q["throughput_prune"], {"now": self.clock.now(), "keep": THROUGHPUT_KEEP}
+            )
+        return 0
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since`` (one range of the primary key)."""
+        args = {
+            "now": self.clock.now(),
+            "since": float(params.since),
+            "queues": json.dumps(list(params.queues)),
+        }
+        rows = self._conns.get().execute(self._q["throughput_get"], args).fetchall()
+        return [ThroughputMinute(r[0], float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     # queues, workers, stats -------------------------------------------------------------------
 
@@ -787,12 +897,12 @@ class SQLiteBackend:
             for (name,) in conn.execute(q["stats_configured"], {"queues": wanted}):
                 counts.setdefault(name, dict.fromkeys(STATUSES, 0))
             names = sorted(counts)
-            recent = dict(
-                conn.execute(
-                    q["stats_recent"], {"names": json.dumps(names), "now": self.clock.now()}
-                ).fetchall()
-            )
-        return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
+            at = {"names": json.dumps(names), "now": self.clock.now()}
+            recent = dict(conn.execute(q["stats_recent"], at).fetchall()) if params.recent else {}
+            oldest = dict(conn.execute(q["stats_oldest"], at).fetchall())
+        return [
+            QueueStats(name, counts[name], recent.get(name, 0), oldest.get(name)) for name in names
+        ]
 
     # time and recurring jobs ------------------------------------------------------------------
 

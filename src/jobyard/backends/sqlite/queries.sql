@@ -164,6 +164,114 @@ WHERE (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset
 
+-- name: jobs_search
+-- A page by cursor (JobsSearchParams): the walk is the newest :scan jobs below the cursor by
+-- primary key, whatever they are (so a page costs at most :scan rows, however rare its
+-- matches); the filters apply within it. The walk is a co-routine (a subquery with a LIMIT
+-- under a WHERE is never flattened nor materialized), so a page that fills up stops reading
+-- there; its order is the walk's. Returns the hits' ids, newest first.
+SELECT id FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs
+    WHERE id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_end
+-- How many jobs the walk of jobs_search went through, and the lowest id of them (where a walk
+-- that stopped at :scan goes on): ids only, down to :low (the last hit of a full page, else 0).
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs
+    WHERE id < :before AND id >= :low
+    ORDER BY id DESC
+    LIMIT :scan
+)
+
+-- name: jobs_search_dead
+-- jobs_search of failed or cancelled jobs: the walk is the partial index jobs_dead (only those
+-- jobs, by id), which the planner uses only when the query states its condition word for word.
+SELECT id FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = :status
+      AND id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_dead_end
+-- jobs_search_end of jobs_search_dead.
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = :status
+      AND id < :before AND id >= :low
+    ORDER BY id DESC
+    LIMIT :scan
+)
+
+-- name: jobs_search_key
+-- jobs_search with an idempotency key: the walk is the partial index jobs_key (the jobs of that
+-- key, whatever their status), by id.
+SELECT id FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_key
+    WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
+      AND id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_key_end
+-- jobs_search_end of jobs_search_key.
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs INDEXED BY jobs_key
+    WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
+      AND id < :before AND id >= :low
+    ORDER BY id DESC
+    LIMIT :scan
+)
+
+-- name: dead_groups
+-- The dead letter grouped (Backend.dead_groups): the newest :scan failed jobs (of :queue),
+-- through the partial index jobs_dead, grouped by queue, name and the line of base.error_line
+-- of each error's last :tail characters (jobyard_error_line, a function of the connection:
+-- _connection.py). Returns (queue, name, line, count, latest, earliest finished_at, the
+-- newest job's id, walked); walked is one more than :scan when the walk did not reach the end.
+WITH walk AS (
+    SELECT id, queue, name, finished_at, error FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = 'failed'
+      AND (:queue IS NULL OR queue = :queue)
+    ORDER BY id DESC
+    LIMIT :scan + 1
+)
+SELECT queue, name, jobyard_error_line(CAST(substr(error, -:tail) AS BLOB)) AS line, count(*),
+       max(finished_at), min(finished_at), max(id), (SELECT count(*) FROM walk)
+FROM walk
+WHERE (SELECT count(*) FROM walk) <= :scan OR id > (SELECT min(id) FROM walk)
+GROUP BY queue, name, line
+
 -- name: jobs_list_dead
 -- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
 -- only when the query states its condition word for word.
@@ -284,6 +392,17 @@ WHERE status IN (SELECT value FROM json_each(:statuses))
   AND NOT (status = 'completed' AND holds > 0)
 RETURNING queue, status, id, fanin, fanout
 
+-- name: jobs_purge_ids
+-- jobs_purge of the jobs among :only (a JSON array of ids: the dead letter's bulk purge, a batch
+-- at a time): one primary key seek each.
+DELETE FROM jobs
+WHERE id IN (SELECT value FROM json_each(:only))
+  AND status IN (SELECT value FROM json_each(:statuses))
+  AND (:queue IS NULL OR queue = :queue)
+  AND finished_at <= :now - :older_than
+  AND NOT (status = 'completed' AND holds > 0)
+RETURNING queue, status, id, fanin, fanout
+
 -- name: jobs_purge_freed
 -- The purge again, over the completed jobs among :ids (a JSON array) that it freed itself.
 DELETE FROM jobs
@@ -292,6 +411,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND holds <= 0
   AND finished_at <= :now - :older_than
   AND (:queue IS NULL OR queue = :queue)
+  AND (:only IS NULL OR id IN (SELECT value FROM json_each(:only)))
 RETURNING queue, status, id, fanin, fanout
 
 -- name: jobs_downstream
@@ -322,6 +442,7 @@ SELECT count(*) FROM jobs INDEXED BY jobs_held
 WHERE status = 'completed' AND holds > 0
   AND finished_at <= :now - :older_than
   AND (:queue IS NULL OR queue = :queue)
+  AND (:only IS NULL OR id IN (SELECT value FROM json_each(:only)))
 
 -- name: jobs_unhold
 -- The jobs of :ids (a JSON array) completed, or were deleted before they completed, in this
@@ -343,6 +464,31 @@ RETURNING CASE WHEN jobs.status = 'completed' AND jobs.holds <= 0 THEN jobs.id E
 -- The links of purged workflow steps (:ids, a JSON array). The links to a purged input stay
 -- with the step that ran after it, as its history, until that step is purged too.
 DELETE FROM job_links WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- name: throughput_add
+-- Completed and failed jobs of a queue in the current minute (0010_throughput.sql), added in the
+-- transaction of the ack or reap that settled them.
+INSERT INTO throughput (queue, minute, completed, failed)
+VALUES (
+    :queue,
+    CAST(coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) / 60 AS INTEGER) * 60,
+    :completed,
+    :failed
+)
+ON CONFLICT (queue, minute) DO UPDATE
+SET completed = completed + excluded.completed, failed = failed + excluded.failed
+
+-- name: throughput_get
+-- The minutes that end after now - since, by queue then minute: a range of the primary key.
+SELECT queue, minute, completed, failed FROM throughput
+WHERE minute > coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :since - 60
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+ORDER BY queue, minute
+
+-- name: throughput_prune
+-- Minutes older than the history keeps (jobs_expire, run by the workers' maintenance).
+DELETE FROM throughput
+WHERE minute < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :keep
 
 -- name: counts_add
 -- Finished jobs per queue and status (0005_counts.sql), adjusted in the transaction of a move.
@@ -866,6 +1012,35 @@ UNION ALL
 SELECT queue, status, n FROM job_counts
 WHERE n <> 0
   AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+
+-- name: stats_oldest
+-- The run_at of each queue's oldest due pending job: a skip scan of the claim index jobs_pending,
+-- one probe per priority level that holds pending jobs (levels: a max() below the last one found,
+-- each answered by the index), then the first entry of each level (min(run_at) at an equal
+-- priority is the level's first index entry). Never reads more than two entries per level.
+WITH RECURSIVE levels (queue, p) AS (
+    SELECT n.value, (
+        SELECT max(j.priority) FROM jobs AS j WHERE j.status = 'pending' AND j.queue = n.value
+    )
+    FROM json_each(:names) AS n
+    UNION ALL
+    SELECT l.queue, (
+        SELECT max(j.priority) FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = l.queue AND j.priority < l.p
+    )
+    FROM levels AS l
+    WHERE l.p IS NOT NULL
+)
+SELECT queue, min(first) FROM (
+    SELECT l.queue, (
+        SELECT min(j.run_at) FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = l.queue AND j.priority = l.p
+    ) AS first
+    FROM levels AS l
+    WHERE l.p IS NOT NULL
+)
+WHERE first <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+GROUP BY queue
 
 -- name: stats_configured
 SELECT name FROM queues

@@ -331,6 +331,127 @@ WHERE status = %(status)s::text
 ORDER BY id DESC
 LIMIT %(limit)s::int8 OFFSET %(offset)s::int8;
 
+-- name: _search_filters
+-- The filters of every jobs_search statement, checked on the jobs its walk `w` reads.
+(%(queue)s::text IS NULL OR w.queue = %(queue)s::text)
+  AND (%(status)s::text IS NULL OR w.status = %(status)s::text)
+  AND (%(name)s::text IS NULL OR w.name = %(name)s::text)
+  AND (%(key)s::text IS NULL OR w.idempotency_key = %(key)s::text)
+  AND (%(contains)s::text IS NULL OR strpos(w.payload, %(contains)s::text) > 0)
+  AND (%(error_contains)s::text IS NULL
+       OR strpos(coalesce(w.error, ''), %(error_contains)s::text) > 0)
+
+-- name: jobs_search
+-- A page by cursor (JobsSearchParams), every status: the walk is a merge of the partitions'
+-- primary keys backwards from the cursor (a range: the caller sends the largest id for none,
+-- never NULL, so a generic plan still seeks), cut at %(scan)s rows whatever they are, so a page
+-- costs at most that many rows however rare its matches; the walk is pulled only until the
+-- page is full (a subquery, not a CTE read twice). Returns the hits' ids, newest first.
+SELECT w.id
+FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error
+    FROM jobs
+    WHERE id < %(before)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w
+WHERE {{_search_filters}}
+ORDER BY w.id DESC
+LIMIT %(limit)s::int8;
+
+-- name: jobs_search_end
+-- How many jobs the walk of jobs_search went through, and the lowest id of them (where a walk
+-- that stopped at %(scan)s goes on): the primary keys only (an index-only range), down to
+-- %(low)s (the last hit of a full page, else 0).
+SELECT count(*), min(w.id)
+FROM (
+    SELECT id
+    FROM jobs
+    WHERE id < %(before)s::int8 AND id >= %(low)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w;
+
+-- name: jobs_search_status
+-- jobs_search of one status: a plain `status = $n` prunes the other partitions (see
+-- jobs_list_status), and the walk is that partition's primary key backwards.
+SELECT w.id
+FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error
+    FROM jobs
+    WHERE status = %(status)s::text AND id < %(before)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w
+WHERE {{_search_filters}}
+ORDER BY w.id DESC
+LIMIT %(limit)s::int8;
+
+-- name: jobs_search_status_end
+-- jobs_search_end of jobs_search_status.
+SELECT count(*), min(w.id)
+FROM (
+    SELECT id
+    FROM jobs
+    WHERE status = %(status)s::text AND id < %(before)s::int8 AND id >= %(low)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w;
+
+-- name: jobs_search_key
+-- jobs_search with an idempotency key: the walk is the partial index jobs_key of each partition
+-- (the jobs that have that key, whatever their status).
+SELECT w.id
+FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error
+    FROM jobs
+    WHERE idempotency_key = %(key)s::text AND id < %(before)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w
+WHERE {{_search_filters}}
+ORDER BY w.id DESC
+LIMIT %(limit)s::int8;
+
+-- name: jobs_search_key_end
+-- jobs_search_end of jobs_search_key.
+SELECT count(*), min(w.id)
+FROM (
+    SELECT id
+    FROM jobs
+    WHERE idempotency_key = %(key)s::text AND id < %(before)s::int8 AND id >= %(low)s::int8
+    ORDER BY id DESC
+    LIMIT %(scan)s::int8
+) AS w;
+
+-- name: dead_groups
+-- The dead letter grouped (Backend.dead_groups): the newest %(scan)s failed jobs (of %(queue)s),
+-- the failed partition's primary key backwards, grouped by queue, name and the last line of the
+-- error's last %(tail)s characters (base.error_line: the last line with anything but spaces,
+-- tabs and carriage returns, without those around it). Returns (queue, name, line, count,
+-- newest, oldest, the newest job's id (the last enqueued), walked): walked is one more than %(scan)s when the walk did
+-- not reach the end.
+WITH walk AS (
+    SELECT j.id, j.queue, j.name, j.finished_at, right(coalesce(j.error, ''), %(tail)s::int4) AS tail
+    FROM jobs_failed AS j
+    WHERE %(queue)s::text IS NULL OR j.queue = %(queue)s::text
+    ORDER BY j.id DESC
+    LIMIT %(scan)s::int8 + 1
+),
+-- The last line by string functions (a regular expression cost four times as much): the first
+-- line of the reversed text. The walk's one extra row, its lowest, is left out.
+lined AS (
+    SELECT w.id, w.queue, w.name, w.finished_at,
+           btrim(reverse(split_part(reverse(rtrim(w.tail, E' \t\r\n')), E'\n', 1)), E' \t\r')
+               AS line
+    FROM walk AS w
+    WHERE (SELECT count(*) FROM walk) <= %(scan)s::int8 OR w.id > (SELECT min(id) FROM walk)
+)
+SELECT queue, name, line, count(*), max(finished_at), min(finished_at), max(id),
+       (SELECT count(*) FROM walk)
+FROM lined
+GROUP BY queue, name, line;
+
 -- name: jobs_list_workflow
 -- One workflow's jobs: a backward range of the jobs_workflow index in each partition, merged
 -- newest first; the other filters apply to that range only.
@@ -572,6 +693,49 @@ cancelled AS (
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
     RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
 ),
+{{_purge_rest}}
+
+-- name: jobs_purge_ids
+-- jobs_purge of the jobs among %(ids)s only (the dead letter's bulk purge, a batch at a time):
+-- each partition's DELETE probes its primary key for the ids, and the shared rest
+-- (_purge_rest) frees no input outside them. The same returns.
+WITH RECURSIVE completed AS (
+    DELETE FROM jobs_completed AS j
+    WHERE 'completed' = ANY(%(statuses)b::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND j.id = ANY(%(ids)b::int8[])
+      AND (j.holds IS NULL OR j.holds <= 0)
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+failed AS (
+    DELETE FROM jobs_failed AS j
+    WHERE 'failed' = ANY(%(statuses)b::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND j.id = ANY(%(ids)b::int8[])
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+cancelled AS (
+    DELETE FROM jobs_cancelled AS j
+    WHERE 'cancelled' = ANY(%(statuses)b::text[])
+      AND j.finished_at <= coalesce(%(now)s::float8,
+                                    extract(epoch FROM statement_timestamp())::float8)
+                           - %(older_than)s::float8
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND j.id = ANY(%(ids)b::int8[])
+    RETURNING j.id, j.queue, j.status, j.depends_on, j.dependents
+),
+{{_purge_rest}}
+
+-- name: _purge_rest
+-- What follows the partitions' DELETEs of jobs_purge and jobs_purge_ids: the workflow steps
+-- downstream, the holds, the counts (see jobs_purge). %(ids)s: only those may be freed and
+-- counted as kept (NULL: any).
 stopped AS (
     SELECT * FROM failed UNION ALL SELECT * FROM cancelled
 ),
@@ -605,7 +769,8 @@ targets AS (
            AND j.finished_at <= coalesce(%(now)s::float8,
                                          extract(epoch FROM statement_timestamp())::float8)
                                 - %(older_than)s::float8
-           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text) AS goes
+           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+           AND (%(ids)b::int8[] IS NULL OR j.id = ANY(%(ids)b::int8[])) AS goes
     FROM jobs AS j JOIN losses AS l ON l.id = j.id
     WHERE EXISTS (SELECT 1 FROM losses)
       AND j.id = ANY(ARRAY(SELECT id FROM losses)) AND j.holds IS NOT NULL
@@ -645,6 +810,7 @@ held AS (
                                     extract(epoch FROM statement_timestamp())::float8)
                            - %(older_than)s::float8
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(ids)b::int8[] IS NULL OR j.id = ANY(%(ids)b::int8[]))
 )
 -- (unheld and counted run to completion whether read or not, as every data-modifying CTE.)
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM freed),

@@ -371,6 +371,18 @@ counted AS (
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
+-- The throughput history (0009_throughput.sql): one row per queue and minute.
+tallied AS (
+    INSERT INTO throughput AS t (queue, minute, completed, failed)
+    SELECT queue, (floor((SELECT now FROM clock) / 60) * 60)::int8,
+           count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed')
+    FROM settled
+    WHERE status IN ('completed', 'failed')
+    GROUP BY queue
+    ORDER BY queue
+    ON CONFLICT (queue, minute) DO UPDATE
+    SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed
+),
 -- Wake the workers of a queue where a job is due again (released, or retried without delay),
 -- or where a settled job freed a slot (max_concurrency, key_concurrency of the queue or of a
 -- job name) that may have kept them waiting.
@@ -518,6 +530,16 @@ counted AS (
     GROUP BY queue, status
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
+),
+-- A job whose lapsed lease spent its last attempt failed: the throughput history counts it.
+tallied AS (
+    INSERT INTO throughput AS t (queue, minute, completed, failed)
+    SELECT queue, (floor((SELECT now FROM clock) / 60) * 60)::int8, 0, count(*)
+    FROM reaped
+    WHERE status = 'failed'
+    GROUP BY queue
+    ORDER BY queue
+    ON CONFLICT (queue, minute) DO UPDATE SET failed = t.failed + excluded.failed
 ),
 -- A job back to pending is due now; a finished one freed a slot of its queue: wake its workers.
 notified AS (

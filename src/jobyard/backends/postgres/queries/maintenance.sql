@@ -22,7 +22,7 @@ JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid IN (
     to_regclass('jobs_waiting'), to_regclass('jobs_pending'), to_regclass('jobs_running'),
     to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers'),
-    to_regclass('limit_buckets')
+    to_regclass('limit_buckets'), to_regclass('throughput')
 )
 ORDER BY c.relname;
 
@@ -56,6 +56,16 @@ VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_keys;
 
 -- name: vacuum_job_counts
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_counts;
+
+-- name: vacuum_throughput
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) throughput;
+
+-- name: throughput_prune
+-- Minutes older than the history keeps (jobs_expire, run by the workers' maintenance): a range
+-- of the primary key per queue at most; nothing most of the time.
+DELETE FROM throughput
+WHERE minute < coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+               - %(keep)s::float8;
 
 -- name: vacuum_workers
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) workers;

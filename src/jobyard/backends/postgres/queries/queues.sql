@@ -134,4 +134,22 @@ SELECT r.queue, 'recent', r.n
 FROM jobyard_completed_since(
     coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) - 60,
     %(queues)b::text[]
-) AS r;
+) AS r
+WHERE %(recent)s::bool  -- a one-time filter: not asked, the function never runs
+UNION ALL
+-- The oldest due pending job of each queue, as its run_at in microseconds (the column is a
+-- count): a skip scan of the claim index in jobyard_oldest_pending (0009_throughput.sql).
+SELECT o.queue, 'oldest', (o.run_at * 1000000)::int8
+FROM jobyard_oldest_pending(
+    %(queues)b::text[],
+    coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+) AS o;
+
+-- name: throughput_get
+-- The minutes that end after now - since, by queue then minute: a range of the primary key.
+SELECT queue, minute, completed, failed
+FROM throughput
+WHERE minute > coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+               - %(since)s::float8 - 60
+  AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
+ORDER BY queue, minute;

@@ -274,6 +274,53 @@ local function retention_of(k, default)
   return tonumber(redis.call('HGET', k.config, 'retention')) or default
 end
 
+-- The throughput history (Backend.throughput_get): a hash per queue and hour,
+-- "<base>tp:<hour>" (hour = floor(now / 3600)), with a field per minute and kind,
+-- "<minute start>c" (completed) or "<minute start>f" (failed into the dead letter). A key expires
+-- TP_KEEP seconds after its hour's first write (a day and two hours: the last day's chart is
+-- whole), so nothing has to prune it. A script that finishes many jobs sets TALLY = {} first and
+-- calls tally_flush() before it returns: one HINCRBY per queue, minute and kind, not per job.
+local TP_KEEP = 93600
+local TALLY = nil
+
+local function tp_key(k, now)
+  return k.base .. 'tp:' .. int(math.floor(now / 3600))
+end
+
+local function tp_add(key, field, n)
+  redis.call('HINCRBY', key, field, n)
+  redis.call('EXPIRE', key, TP_KEEP, 'NX')
+end
+
+local function tally(k, status, now)
+  if status ~= 'completed' and status ~= 'failed' then
+    return
+  end
+  local key = tp_key(k, now)
+  local field = int(math.floor(now / 60) * 60) .. (status == 'completed' and 'c' or 'f')
+  if not TALLY then
+    tp_add(key, field, 1)
+    return
+  end
+  local id = key .. ' ' .. field
+  local t = TALLY[id]
+  if not t then
+    t = {key = key, field = field, n = 0}
+    TALLY[id] = t
+    TALLY[#TALLY + 1] = t
+  end
+  t.n = t.n + 1
+end
+
+local function tally_flush()
+  if TALLY then
+    for _, t in ipairs(TALLY) do
+      tp_add(t.key, t.field, t.n)
+    end
+    TALLY = {}
+  end
+end
+
 -- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept),
 -- but a failed or cancelled workflow job: its deletion must reach the jobs it is linked to
 -- (drop_linked in _flows.lua), which a key TTL would not, so only jobs_expire drops it.
@@ -287,6 +334,7 @@ local function to_finished(k, jk, n, status, now, ttl, batch, key)
     redis.call('ZADD', k['done_' .. status], now, n)
   end
   release_idem(k, jk, n, key)
+  tally(k, status, now)
   if ttl > 0 and (status == 'completed' or redis.call('HEXISTS', jk, 'workflow_id') == 0) then
     redis.call('EXPIRE', jk, ttl)
   end
@@ -576,6 +624,25 @@ end
 local function staged(k, n)
   return redis.call('EXISTS', k.stages) == 1 and in_ranges(stage_ranges(k), n)
 end
+
+-- The spans of job numbers of queue k that are not hidden, newest first, as score bounds
+-- {max, min}: all of them, or the gaps between the ranges of batches still staged (see
+-- "Staged batches" in _lib.lua).
+local function visible_spans(k)
+  if redis.call('EXISTS', k.stages) == 0 then
+    return {{'+inf', '-inf'}}
+  end
+  local ranges = stage_ranges(k)
+  table.sort(ranges, function(a, b) return a[1] > b[1] end)
+  local spans, top = {}, '+inf'
+  for _, r in ipairs(ranges) do
+    spans[#spans + 1] = {top, '(' .. int(r[2])}
+    top = '(' .. int(r[1])
+  end
+  spans[#spans + 1] = {top, '-inf'}
+  return spans
+end
+
 
 local function stage_key(k, b)
   return k.base .. 'stage:' .. b

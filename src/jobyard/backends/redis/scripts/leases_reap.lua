@@ -10,6 +10,7 @@
 -- Touches: per group the claims set, the key slots (keyrun) and the recovered job hashes: cancelled (a cancellation
 --          was asked), back to pending (ready level, prios, pending; the attempt stays counted)
 --          or failed (at_most_once, or attempts spent, or a corrupt record: see fault() in
+--          _lib.lua); a failed one is counted in the throughput hash of the hour (tally in
 --          _lib.lua).
 --          Reads (Cluster, ARGV[7] ""): about ARGV[8] entries of each group's owed hash.
 -- Returns: 4 strings per recovered job: group, number, new status, name. Then, Cluster only, an array
@@ -17,6 +18,7 @@
 --          its caller may have died before paying it; the backend pays it (idempotent).
 
 local now = now_from(ARGV[1])
+TALLY = {} -- the throughput history, written once per queue and minute (_lib.lua)
 local ng = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local failed_ttl = tonumber(ARGV[4])
@@ -88,4 +90,5 @@ end
 for _, note in ipairs(notes) do
   out[#out + 1] = note
 end
+tally_flush()
 return out
