@@ -27,8 +27,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The suite runs in TEST_JOBS processes (pytest-xdist): most tests wait on servers, worker
+# processes and leases rather than on a core, so a 2-core machine runs more than 2. Tests marked
+# xdist_group (the chaos runs, the browser's) take one process per group (--dist loadgroup).
+# TEST_JOBS=0 runs it in this one process.
+TEST_JOBS ?= 4
 test: $(STAMP) services lint typecheck
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadgroup
 
 # `pip install jobyard` without extras, then with each store's extra, in fresh venvs (.ci/run).
 install-check:

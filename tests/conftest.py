@@ -22,6 +22,7 @@ import jobyard
 ROOT = Path(__file__).resolve().parent.parent
 STORES = ["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 SHARED = {"sqlite", "postgres", "redis", "redis_cluster"}  # reachable from other processes
+SUMMARY_PROPERTY = "chaos summary"  # a test report's user property: a line for the summary
 
 
 def _support(module: str, backend_module: str) -> Any:
@@ -48,6 +49,23 @@ def make_store_url(kind: str, tmp_path: Path) -> str:
         url = _support("tests.redis.support", "jobyard.backends.redis.backend").cluster_url()
         return url
     raise ValueError(kind)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The chaos runs' summary lines (tests/chaos/harness.py ``report``), read from the tests'
+    reports: this runs where the session is reported, the controller of a pytest-xdist run."""
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == SUMMARY_PROPERTY
+    ]
+    if lines:
+        terminalreporter.section("chaos summary")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(params=STORES)
