@@ -51,6 +51,29 @@ def make_store_url(kind: str, tmp_path: Path) -> str:
     raise ValueError(kind)
 
 
+TERMINAL_VARIABLES = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller: tell each worker the terminal size variables of this
+    process's environment (as a rule none). The processes xdist starts inherit the C-level
+    environment, where GNU readline, once imported, has set COLUMNS=80 and LINES=24; a worker
+    would hand them to every command a test runs, which would then wrap its output at 80
+    columns where a serial run's does not."""
+    node.workerinput["jobyard_terminal"] = {k: os.environ.get(k) for k in TERMINAL_VARIABLES}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: the controller's terminal size variables, not readline's."""
+    terminal = getattr(config, "workerinput", {}).get("jobyard_terminal")
+    for name, value in (terminal or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The chaos runs' summary lines (tests/chaos/harness.py ``report``), read from the tests'
     reports: this runs where the session is reported, the controller of a pytest-xdist run."""
