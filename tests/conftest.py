@@ -22,6 +22,7 @@ import jobyard
 ROOT = Path(__file__).resolve().parent.parent
 STORES = ["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 SHARED = {"sqlite", "postgres", "redis", "redis_cluster"}  # reachable from other processes
+SUMMARY_PROPERTY = "chaos summary"  # a test report's user property: a line for the summary
 
 
 def _support(module: str, backend_module: str) -> Any:
@@ -48,6 +49,46 @@ def make_store_url(kind: str, tmp_path: Path) -> str:
         url = _support("tests.redis.support", "jobyard.backends.redis.backend").cluster_url()
         return url
     raise ValueError(kind)
+
+
+TERMINAL_VARIABLES = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller: tell each worker the terminal size variables of this
+    process's environment (as a rule none). The processes xdist starts inherit the C-level
+    environment, where GNU readline, once imported, has set COLUMNS=80 and LINES=24; a worker
+    would hand them to every command a test runs, which would then wrap its output at 80
+    columns where a serial run's does not."""
+    node.workerinput["jobyard_terminal"] = {k: os.environ.get(k) for k in TERMINAL_VARIABLES}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: the controller's terminal size variables, not readline's."""
+    terminal = getattr(config, "workerinput", {}).get("jobyard_terminal")
+    for name, value in (terminal or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The chaos runs' summary lines (tests/chaos/harness.py ``report``), read from the tests'
+    reports: this runs where the session is reported, the controller of a pytest-xdist run."""
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == SUMMARY_PROPERTY
+    ]
+    if lines:
+        terminalreporter.section("chaos summary")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(params=STORES)

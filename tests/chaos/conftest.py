@@ -1,5 +1,6 @@
-"""The chaos suites' hooks: the summary lines at the end of the session, whatever the capture
-mode, and the partition tests made required where CI says so.
+"""The chaos suites' hook: the partition tests made required where CI says so (the chaos
+summary at the end of the session is written by tests/conftest.py, which the controller of a
+pytest-xdist run loads too).
 
 A test marked ``required_where_ci`` (tests/chaos/test_partition.py: fencing under a real
 network partition, which needs root and network namespaces) skips, saying why, where it cannot
@@ -15,17 +16,7 @@ from collections.abc import Generator
 
 import pytest
 
-from tests.chaos.harness import SUMMARY_KEY
-
 REQUIRED_ENV = "JOBYARD_REQUIRE_PARTITION"
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = terminalreporter.config.stash.get(SUMMARY_KEY, [])
-    if lines:
-        terminalreporter.section("chaos summary")
-        for line in lines:
-            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(wrapper=True)

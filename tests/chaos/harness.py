@@ -38,11 +38,11 @@ import pytest
 
 import jobyard
 from tests.chaos import chaos_app
+from tests.conftest import SUMMARY_PROPERTY
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
 SUMMARY_FILE = Path("/tmp/jobyard-chaos-summary.txt")
-SUMMARY_KEY = pytest.StashKey[list[str]]()
 
 
 class Restartable(Protocol):
@@ -149,17 +149,19 @@ def retrying(fn: Callable[[], Any], timeout: float = 60.0) -> Any:
             time.sleep(0.05)
 
 
-def report(config: pytest.Config, line: str) -> None:
+def report(request: pytest.FixtureRequest, line: str) -> None:
     """Show a summary line whatever the capture mode: stderr (capture disabled), a file, and
-    the terminal summary at the end of the session (tests/chaos/conftest.py)."""
-    capman = config.pluginmanager.getplugin("capturemanager")
+    the terminal summary at the end of the session (tests/conftest.py), which reads it from the
+    test's report: under pytest-xdist the test runs in a worker process, the summary is
+    written by the controller."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
     ctx = capman.global_and_fixture_disabled() if capman else contextlib.nullcontext()
     with ctx:
         sys.stderr.write(f"\n{line}\n")
         sys.stderr.flush()
     with SUMMARY_FILE.open("a") as f:
         f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
-    config.stash.setdefault(SUMMARY_KEY, []).append(line)
+    request.node.user_properties.append((SUMMARY_PROPERTY, line))
 
 
 # --- the run -----------------------------------------------------------------------------------

@@ -8,10 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,20 +19,12 @@ from typing import Any
 
 import pytest
 
+from tests import ports
 
-def free_port(*offsets: int) -> int:
-    """A TCP port free on every address (and so are ``port + offset`` for each offset)."""
-    for _ in range(200):
-        port = random.randint(20000, 29999)
-        try:
-            for p in (port, *(port + o for o in offsets)):
-                with socket.socket() as s:
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    s.bind(("0.0.0.0", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free TCP port found")
+
+def free_port() -> int:
+    """A TCP port free on every address, of this process's own range (tests/ports.py)."""
+    return ports.free_port()
 
 
 def _wait(predicate: Any, timeout: float, what: str) -> None:
@@ -117,8 +107,20 @@ class PostgresServer:
         with (self.data / "pg_hba.conf").open("a") as hba:
             for subnet in self.subnets:
                 hba.write(f"host all all {subnet} trust\n")
-        self.start()
-        return self
+        for attempt in range(5):
+            try:
+                self.start()
+                return self
+            except subprocess.CalledProcessError:
+                # a port found free and taken since (another run on the machine): another one;
+                # the last ``port =`` line of postgresql.conf is the one in force
+                taken = "could not bind" in self.logfile.read_text(errors="replace")
+                if not taken or attempt == 4:
+                    raise
+                self.port = free_port()
+                with (self.data / "postgresql.conf").open("a") as conf:
+                    conf.write(f"port = {self.port}\n")
+        raise AssertionError("unreachable")
 
     def start(self) -> None:
         self._as_postgres(
@@ -189,6 +191,10 @@ class PostgresServer:
 # --- Redis -----------------------------------------------------------------------------------
 
 
+class PortTaken(RuntimeError):
+    """A first start found its port taken since it was picked."""
+
+
 def redis_bin() -> str:
     path = shutil.which("redis-server")
     if path is None:
@@ -222,6 +228,7 @@ class RedisServer:
         self.extra = tuple(extra)
         self.crash = crash
         self.proc: subprocess.Popen[bytes] | None = None
+        self.proc_started = False  # started once: the port is this server's for good
         self.restarts = 0
 
     @property
@@ -247,6 +254,18 @@ class RedisServer:
             return False
 
     def start(self) -> RedisServer:
+        """Start, on the same port again after :meth:`down`. A first start whose port turns out
+        to be taken (another run on the machine) moves to another port."""
+        for attempt in range(5):
+            try:
+                return self._start()
+            except PortTaken:
+                if self.restarts or self.proc_started or attempt == 4:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start(self) -> RedisServer:
         log = (self.root / "server.log").open("ab")
         self.proc = subprocess.Popen(
             [
@@ -267,16 +286,23 @@ class RedisServer:
         )  # fmt: skip
         log.close()
         _wait(self._loaded, 60, f"redis-server on port {self.port}")
+        self.proc_started = True
         return self
 
     def _loaded(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise RuntimeError(
-                f"redis-server exited with {self.proc.returncode}: "
-                + (self.root / "server.log").read_text(errors="replace")[-2000:]
-            )
-        return self.ping() and "loading:0" in self._cli("info", "persistence")
+            text = (self.root / "server.log").read_text(errors="replace")[-2000:]
+            error = PortTaken if "Address already in use" in text else RuntimeError
+            raise error(f"redis-server exited with {self.proc.returncode}: {text}")
+        if not self.ping():
+            return False
+        # the server that answers must be this one, not another holding the port
+        if f"process_id:{self.proc.pid}" not in self._cli("info", "server").split():
+            self.proc.kill()
+            self.proc.wait(10)
+            raise PortTaken(f"port {self.port} is another redis-server's")
+        return "loading:0" in self._cli("info", "persistence")
 
     def stop(self) -> None:
         """SIGKILL if ``crash``, else a graceful stop: SIGTERM makes Redis write and fsync its

@@ -26,7 +26,9 @@ from tests.chaos import chaos_app
 from tests.chaos.harness import ChaosRun, check, report
 from tests.chaos.servers import PostgresServer, RedisCluster, RedisServer
 
-pytestmark = [pytest.mark.processes, pytest.mark.timeout(360)]
+# xdist_group: the chaos and partition runs take one worker of a parallel run (`make test`),
+# one after the other: each keeps several processes busy and times leases of a second
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(360), pytest.mark.xdist_group("chaos")]
 
 JOBS = int(os.environ.get("JOBYARD_CHAOS_JOBS", "3000"))
 BACKENDS = {
@@ -72,5 +74,5 @@ def test_nothing_accepted_is_lost_under_kills_and_restarts(
     if kind == "postgres":
         run.app.migrate()
     outcome = run.run()
-    report(request.config, outcome.line())
+    report(request, outcome.line())
     check(outcome, f"{chaos_app.PoisonError.__name__}: poison pill p")

@@ -762,6 +762,7 @@ DOWN = [
 ]
 
 
+@pytest.mark.alone  # within 5 s, a subprocess start included: not under parallel load
 @pytest.mark.parametrize("command", ["status", "migrate"])
 @pytest.mark.parametrize(("url", "cause"), DOWN)
 def test_a_store_that_is_down_fails_fast_with_the_real_cause(

@@ -4,6 +4,9 @@
 cheap: one round trip creates the schema and applies the migrations (through the backend's own
 migration runner), on one connection kept for the process. Every schema this process made is
 dropped when it exits; schemas left behind by a process that died are swept by the next run.
+Processes running at once (pytest-xdist workers, other runs) never drop each other's schemas:
+a schema is named by its creation time and its process, a process drops only its own at exit,
+and the sweep takes only schemas over six hours old (no run lasts that long).
 
 The server is the shared one at 127.0.0.1:5432 (trust auth, user postgres), overridable with
 ``$JOBYARD_TEST_POSTGRES``. It is never stopped here.

@@ -20,6 +20,9 @@ from tests.conftest import wait_until
 from tests.postgres.conftest import connections, insert, new, terminate
 from tests.postgres.support import with_params
 
+# alone: the reconnects are bounded in seconds; make test runs them after the parallel part
+pytestmark = pytest.mark.alone
+
 
 def test_a_backend_survives_the_termination_of_its_connections(
     open_backend: Callable[..., PostgresBackend], app_name: str

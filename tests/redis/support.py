@@ -14,7 +14,6 @@ import ctypes
 import itertools
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -25,6 +24,8 @@ from pathlib import Path
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from tests import ports
 
 SHARED_HOST = "127.0.0.1"
 SHARED_PORT = 6379
@@ -99,20 +100,9 @@ def _die_with_parent() -> None:
 
 
 def free_port() -> int:
-    """A loopback port that is free, and whose cluster bus port (+10000) is free too."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((SHARED_HOST, 0))
-            port = int(s.getsockname()[1])
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((SHARED_HOST, port + 10000))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair found")
+    """A port of this process's own range that is free, and whose cluster bus port (+10000) is
+    free too (tests/ports.py: no two xdist workers pick the same)."""
+    return ports.free_port(10000)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -129,6 +119,10 @@ def wait_for(predicate: object, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+class PortTaken(RuntimeError):
+    """The server could not have its port: it exited, or another server answers there."""
+
+
 class Server:
     """A redis-server on a private loopback port and directory; safe to stop and restart."""
 
@@ -140,12 +134,20 @@ class Server:
 
     @classmethod
     def start_new(cls, *extra: str, port: int | None = None) -> Server:
-        """Start a server (snapshotting disabled unless ``extra`` says otherwise)."""
+        """Start a server (snapshotting disabled unless ``extra`` says otherwise). A port picked
+        here that turns out to be taken (another run on the machine) is replaced by another."""
         directory = Path(tempfile.mkdtemp(prefix="jobyard-redis-"))
-        server = cls(port or free_port(), directory, list(extra))
-        server.start()
-        _servers.append(server)
-        return server
+        for attempt in range(5):
+            server = cls(port or free_port(), directory, list(extra))
+            try:
+                server.start()
+            except PortTaken:
+                if port is not None or attempt == 4:
+                    raise
+                continue
+            _servers.append(server)
+            return server
+        raise AssertionError("unreachable")
 
     @property
     def url(self) -> str:
@@ -176,13 +178,28 @@ class Server:
             "no",
             *self.extra,
         ]
-        self.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             args,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,  # only prctl, before exec
         )
-        wait_for(lambda: self.client().ping(), 10, f"redis-server on port {self.port}")
+        self.proc = proc
+
+        def ours() -> bool:
+            # The server that answers must be this process: one that could not bind its port
+            # exits, and the answer would come from whoever holds the port.
+            if proc.poll() is not None:
+                code = proc.returncode
+                raise PortTaken(f"redis-server on port {self.port} exited ({code}): taken?")
+            info = self.client().info("server")
+            if int(info["process_id"]) != proc.pid:
+                proc.kill()
+                proc.wait(10)
+                raise PortTaken(f"port {self.port} is another redis-server's")
+            return True
+
+        wait_for(ours, 10, f"redis-server on port {self.port}")
 
     def stop(self, save: bool = False) -> None:
         """Stop: ``SHUTDOWN SAVE`` (the data survives a restart) or a SIGKILL (it does not)."""

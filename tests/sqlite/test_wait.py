@@ -22,6 +22,9 @@ from jobyard.backends.sqlite.backend import SQLiteBackend
 from . import _procs
 from .conftest import Child, insert, new, wait_until
 
+# alone: the wake-ups are timed to the millisecond; make test runs them after the parallel part
+pytestmark = pytest.mark.alone
+
 
 def timed_wait(backend: SQLiteBackend, queues: list[str], timeout: float) -> tuple[bool, float]:
     started = time.monotonic()

@@ -11,27 +11,34 @@ from typing import Any
 
 import uvicorn
 
+from tests import ports
+
 
 def free_port() -> int:
-    """A TCP port nothing listens on, on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port nothing listens on, of this process's own range (tests/ports.py), for a
+    server started in another process (``jobyard dashboard --port``)."""
+    return ports.free_port()
 
 
 @contextlib.contextmanager
 def serving(asgi: Any) -> Iterator[str]:
-    """``asgi`` served on 127.0.0.1 until the block ends; yields its base URL."""
-    port = free_port()
+    """``asgi`` served on 127.0.0.1 until the block ends; yields its base URL. The socket is
+    bound here and handed to uvicorn: no other process can take the port in between."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
     config = uvicorn.Config(
         asgi, host="127.0.0.1", port=port, log_level="warning", lifespan="off", access_log=False
     )
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="dashboard", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 15
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
             raise RuntimeError("the dashboard did not start")
         time.sleep(0.01)
     try:
@@ -39,6 +46,7 @@ def serving(asgi: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+        sock.close()
 
 
 class Counting:

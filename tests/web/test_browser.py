@@ -23,6 +23,10 @@ from .support import serving
 
 TIMEOUT_MS = 15_000
 
+# One worker of a parallel run (`make test`) takes the whole file: one Chromium, and one yard per
+# store (module scope), instead of one of each on every worker that gets some of its tests.
+pytestmark = pytest.mark.xdist_group("browser")
+
 
 @dataclass
 class Yard:

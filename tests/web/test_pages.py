@@ -237,3 +237,17 @@ def test_overview_charts_the_stored_history_and_the_oldest_pending_wait(
     # and the day's chart has 96 buckets of 15 minutes
     day = _data.overview(board, "pausable", 86400.0, 900)
     assert len(day.history) == 96 and sum(b.completed for b in day.history) == 3
+
+
+def test_a_live_refresh_in_flight_leaves_an_actions_message_to_the_page(
+    board: jobyard.App, client_for: Any
+) -> None:
+    # given an action done: its message waits in a cookie for the page it redirects to
+    client = client_for(board)
+    csrf = csrf_of(client)
+    done = client.post("/actions/queue", data={"csrf": csrf, "queue": "pausable", "op": "pause"})
+    assert done.status_code == 303
+    # when the old page's live refresh reaches the dashboard before the redirected page does
+    assert client.get("/?fragment=live").status_code == 200
+    # then the page still shows the message (the refresh, which shows none, did not take it)
+    assert "Queue pausable paused" in client.get(done.headers["location"]).text

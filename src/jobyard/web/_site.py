@@ -73,7 +73,8 @@ class Site:
             "store": self.store,
             "now": self.now(),
             "refresh_ms": int(self.refresh * 1000),
-            "flash": _flash(request),
+            # a live refresh never takes an action's message: the page it redirects to shows it
+            "flash": None if request.query_params.get("fragment") == "live" else _flash(request),
             "here": _here(request),
         }
 
