@@ -71,14 +71,14 @@ class Counting:
 @contextlib.contextmanager
 def limited_queue(app: Any, sink: Any) -> Iterator[None]:
     """The board's ``hostile`` queue under limits, held full while the block runs: at most 2
-    running (``max_concurrency``), 1 per key (``key_concurrency``), ``60/m``; a worker runs one
-    job of the key ``HOSTILE`` and one of ``customer:7`` (both held at the gate), and holds
-    back 3 more of ``HOSTILE`` and 1 of ``customer:7`` (pending)."""
+    running (``max_concurrency``), 1 per key (``key_concurrency``), ``6000/m`` (room left); a
+    worker runs one job of the key ``HOSTILE`` and one of ``customer:7`` (both held at the
+    gate), and holds back 3 more of ``HOSTILE`` and 1 of ``customer:7`` (pending)."""
     from tests.conftest import running_worker, wait_until
 
     from .board_app import HOSTILE, open_gate
 
-    app.configure_queue("hostile", max_concurrency=2, rate_limit="60/m", key_concurrency=1)
+    app.configure_queue("hostile", max_concurrency=2, rate_limit="6000/m", key_concurrency=1)
     fn = app.registry["hostile"]
     for key, n in ((HOSTILE, 4), ("customer:7", 2)):
         for i in range(n):

@@ -316,7 +316,7 @@ def test_overview_shows_each_limit_how_full_and_its_top_keys_as_text(
     rows = table_rows(section)
     (row,) = [r for r in rows if r[0] == "hostile"]
     assert row[1] == "(queue)"
-    assert row[2] == "max_concurrency=2 rate=60/m key_concurrency=1"
+    assert row[2] == "max_concurrency=2 rate=6000/m key_concurrency=1"
     assert row[3] == "2 / 2"
     assert row[4].endswith("%")
     assert row[5] == "2 of 2"

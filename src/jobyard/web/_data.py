@@ -84,6 +84,7 @@ class LimitView:
     running: int
     max_concurrency: int | None
     rate_used: float | None  # 0 to 1; None without a rate
+    rate_full: bool  # the rate admits no start now
     key_concurrency: int | None
     keys_full: int
     keys_running: int
@@ -99,6 +100,7 @@ class LimitView:
             s.running,
             s.max_concurrency,
             s.rate_used,
+            views.rate_full(s),
             s.limits.key_concurrency,
             s.keys_full,
             s.keys_running,
