@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The dashboard's browser tests use Debian's chromium (.ci/services); Playwright never downloads one.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
-.PHONY: demo test lint typecheck services bench clean install-check
+.PHONY: demo test lint typecheck services bench clean install-check docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,11 +31,16 @@ typecheck: $(STAMP)
 # processes and leases rather than on a core, so a 2-core machine runs more than 2. Tests marked
 # xdist_group (the chaos runs, the browser's) take one process per group (--dist loadgroup).
 # Tests marked alone assert a wall-clock bound or run on leases of a second (the chaos and
-# partition runs): they run afterwards, in one process, with no other test loading the machine. TEST_JOBS=0 runs the first part in one process too.
+# partition runs): they run afterwards, in one process, with no other test loading the machine.
+# TEST_JOBS=0 runs the first part in one process too.
 TEST_JOBS ?= 4
 test: $(STAMP) services lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadgroup -m 'not alone'
 	$(BIN)/pytest -q -p no:cacheprovider -m alone
+
+# The user guide (mkdocs.yml) into site/: strict, so a broken link or a page missing fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # `pip install jobyard` without extras, then with each store's extra, in fresh venvs (.ci/run).
 install-check:
@@ -55,4 +60,4 @@ bench-compare: $(STAMP) services
 	$(BIN)/python bench/compare.py --store postgres
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache jobyard.db*
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache jobyard.db* site

@@ -17,6 +17,11 @@ import time
 EXTRAS = {
     "postgres": (("psycopg", "psycopg_pool"), ("jobyard.backends.postgres.backend",)),
     "redis": (("redis",), ("jobyard.backends.redis.backend", "jobyard.backends.redis.consumers")),
+    # The Django Tasks backend, its app and its management command (no settings needed).
+    "django": (
+        ("django", "django_tasks"),
+        ("jobyard.django", "jobyard.django.apps", "jobyard.django.management.commands.jobyard_worker"),
+    ),
 }
 URLS = {"postgres": "postgresql://127.0.0.1/test", "redis": "redis://127.0.0.1:6379/15"}
 
@@ -59,6 +64,12 @@ def bare() -> None:
         else:
             raise AssertionError(f"{url} opened without the {extra} extra")
         assert time.monotonic() - started < 10
+    try:
+        import jobyard.django  # noqa: F401
+    except ImportError as exc:  # MissingExtra: one line naming the extra
+        assert "pip install 'jobyard[django]'" in str(exc), exc
+    else:
+        raise AssertionError("jobyard.django imported without the django extra")
 
 
 def one_extra(extra: str) -> None:

@@ -30,6 +30,8 @@ class Payload:
     kwargs: dict[str, Any]
     at: str | None = None  # a workflow step's place ("c0/g1"), else None
     feed: Any = None  # a workflow step's feed (positions of its inputs), else None
+    trace: Any = None  # the producer's trace context (``"tc"``, jobyard._otel), else None
+    workflow: str | None = None  # a workflow step's workflow id (``"wf"``), else None
 
 
 # Built once: json.dumps with options builds a new encoder per call (~half of enqueue_many's
@@ -133,10 +135,15 @@ def encode_result(value: Any) -> str:
     return text
 
 
-def encode_step(payload: str, at: str, feed: Any = None) -> str:
+def encode_step(payload: str, at: str, feed: Any = None, workflow: str | None = None) -> str:
     """A workflow step's payload: ``payload`` (from :func:`encode_payload`) with the step's
-    place ``at`` and, when it takes its inputs' results, its ``feed`` (ints and lists only)."""
-    extra = {"at": at} if feed is None else {"at": at, "feed": feed}
+    place ``at``, its ``workflow`` id (``"wf"``) and, when it takes its inputs' results, its
+    ``feed`` (ints and lists only)."""
+    extra: dict[str, Any] = {"at": at}
+    if workflow is not None:
+        extra["wf"] = workflow
+    if feed is not None:
+        extra["feed"] = feed
     # The payload object gains the step's place and feed beside its args and kwargs.
     return payload[:-1] + "," + _dumps(extra)[1:]
 
@@ -154,7 +161,23 @@ def decode_payload(text: str) -> Payload:
     except RecursionError:  # nested past the decoder's limit: not ours
         raise CorruptPayload("nested too deep to decode") from None
     at = data.get("at")
-    return Payload(args, kwargs, at if isinstance(at, str) else None, data.get("feed"))
+    wf = data.get("wf")
+    return Payload(
+        args,
+        kwargs,
+        at if isinstance(at, str) else None,
+        data.get("feed"),
+        data.get("tc"),
+        wf if isinstance(wf, str) else None,
+    )
+
+
+def with_trace(payload: str, carrier: Mapping[str, str]) -> str:
+    """``payload`` carrying a trace context (``"tc"``: the W3C ``traceparent`` and
+    ``tracestate`` a propagator wrote), for the worker's span to be its child."""
+    if not carrier:
+        return payload
+    return payload[:-1] + ',"tc":' + _dumps(dict(carrier)) + "}"
 
 
 def decode_result(text: str | None) -> Any:

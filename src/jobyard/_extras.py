@@ -16,6 +16,8 @@ FEATURES: dict[str, str] = {
     "postgres": "the PostgreSQL store (postgresql://)",
     "redis": "the Redis store (redis://, redis+cluster://) and its list and stream consumers",
     "web": "the dashboard",
+    "metrics": "the worker's Prometheus metrics (--metrics-port)",
+    "django": "the Django Tasks backend (jobyard.django)",
 }
 
 

@@ -68,6 +68,8 @@ class PrintableFilter(logging.Filter):
             return True
         clean = printable(message)
         if clean != message:
+            # The JSON format (_logjson) escapes the original itself.
+            record.jobyard_raw_message = message
             record.msg, record.args = clean, None
         if record.exc_info and not record.exc_text:
             trace = logging.Formatter().formatException(record.exc_info)
@@ -86,6 +88,7 @@ LOGGERS = (
     "jobyard",
     "jobyard.cli",
     "jobyard.cron",
+    "jobyard.events",
     "jobyard.hooks",
     "jobyard.jobs",
     "jobyard.postgres",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -17,9 +18,17 @@ from .errors import ConfigurationError
 log = logging.getLogger("jobyard.cli")
 
 
+RELOAD_ROOT = "JOBYARD_RELOAD_ROOT"
+
+
 def source_root(app_ref: str) -> Path:
-    """The directory to watch for APP ``module:attribute``: its top-level package's directory
-    (``shop/`` for ``shop.tasks:app``), or the module's own directory for a lone module."""
+    """The directory to watch for APP ``module:attribute``: ``$JOBYARD_RELOAD_ROOT`` if set
+    (``manage.py jobyard_worker`` sets the project's directory: its APP lives in jobyard), else
+    its top-level package's directory (``shop/`` for ``shop.tasks:app``), or the module's own
+    directory for a lone module."""
+    given = os.environ.get(RELOAD_ROOT)
+    if given:
+        return Path(given)
     top = app_ref.partition(":")[0].split(".")[0]
     import_from_working_directory()  # where the worker will import APP from
     try:

@@ -88,16 +88,27 @@ def remember(url: str) -> None:
         _install_filter()
 
 
-def scrub(text: str) -> str:
+def scrub(text: str, url: str | None = None) -> str:
     """``text`` with URLs masked, ``password=...`` keywords masked and every remembered
-    credential replaced by ``***``: for messages that quote a driver or a pool."""
+    credential replaced by ``***``: for messages that quote a driver or a pool. ``url``: the
+    URL the text is about, whose credentials are taken out whether or not it was remembered
+    (a parser's refusal must not depend on which URLs this process opened before)."""
     text = _URL_IN_TEXT.sub(lambda m: mask_url(m.group(0)), text)
     text = _KEYWORD_IN_TEXT.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     with _lock:
-        known = sorted(_known, key=len, reverse=True)
-    for secret in known:
+        known = set(_known)
+    if url is not None:
+        known |= secrets_of(url)
+    for secret in sorted(known, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def forget() -> None:
+    """Drop every remembered credential (for tests: each case then starts from no memory, so
+    a refusal that is clean only thanks to an earlier URL's secrets is caught)."""
+    with _lock:
+        _known.clear()
 
 
 def check_url(url: str) -> None:

@@ -12,31 +12,41 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from ._enqueue import Enqueue
 from ._printable import guard_logs
 from ._secrets import check_url, remember
+from ._tally import Metrics, Tally
 from .backends import mask_url, open_backend, probe_store
 from .backends.base import (
     DEFAULT_LEASE,
     FINISHED,
+    QUEUED,
     Backend,
     CatchUp,
     Consumer,
     Delivery,
+    JobLimits,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsListParams,
     JobsPurgeParams,
+    LimitsStatsParams,
+    LimitStats,
     Purged,
     QueueConfig,
     QueueStats,
+    Rate,
     Schedule,
     SchedulesPauseParams,
     StatsParams,
     StoreInfo,
     WorkerInfo,
     as_foreign_queues,
+    attach_events,
 )
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError, InvalidTransition, JobNotFound
+from .events import Events
 from .hooks import EnqueueEvent, Hooks, JobEvent
 from .job import Job, JobFunction, JobHandle, JobOptions, Status, check_name
+from .limits import check_fair, job_limits, queue_limits
 from .retry import Backoff, as_backoff
 from .workflow import MAX_WORKFLOW, Workflow, build_workflow, place_of, purge_plan
 
@@ -65,9 +75,16 @@ class App:
         # Declared with schedule() or @app.cron, by name; stored_schedules() reads the store's.
         self.declared_schedules: dict[str, Schedule] = {}
         self.hooks = Hooks()
+        # What the worker's parts, the enqueue step and the consumers did (jobyard.events):
+        # nobody listens until metrics() or a subscriber asks, and then it costs nothing more.
+        self.events = Events()
+        self._tally: Tally | None = None
         self._backend: Backend | None = None
         self._lock = threading.Lock()
-        self._enqueue = Enqueue(lambda: self.backend, self.hooks)  # job functions' way down
+        # job functions' way down
+        self._enqueue = Enqueue(lambda: self.backend, self.hooks, self.events)
+        self._tracing: Any = None  # jobyard._otel.Tracing once tracing is on, False when off
+        self._enqueue.inject = self._first_inject  # decides on tracing at the first enqueue
         check_url(self.url)  # before anything can quote a piece of a mangled password
         remember(self.url)
         guard_logs()  # a job's values reach the library's log lines escaped, whoever wrote them
@@ -94,6 +111,7 @@ class App:
                     except BaseException:
                         backend.close()  # its pool would linger, retrying in the background
                         raise
+                    attach_events(backend, self.events)
                     self._backend = backend
         return self._backend
 
@@ -139,6 +157,10 @@ class App:
         timeout: float | None = None,
         lease: float = DEFAULT_LEASE,
         delivery: Delivery = "at_least_once",
+        rate_limit: str | Rate | None = None,
+        key_concurrency: int | None = None,
+        key_rate_limit: str | Rate | None = None,
+        key: str | Callable[..., str] | None = None,
     ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
     def job(
@@ -154,13 +176,29 @@ class App:
         timeout: float | None = None,
         lease: float = DEFAULT_LEASE,
         delivery: Delivery = "at_least_once",
+        rate_limit: str | Rate | None = None,
+        key_concurrency: int | None = None,
+        key_rate_limit: str | Rate | None = None,
+        key: str | Callable[..., str] | None = None,
     ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
         """Register a handler. ``max_attempts`` and ``backoff`` left unset take the queue's
-        settings (``configure_queue``), else 4 attempts with exponential backoff."""
+        settings (``configure_queue``), else 4 attempts with exponential backoff.
+
+        Flow control (held by the store's claim across every worker; see :mod:`jobyard.limits`):
+        ``rate_limit`` ("100/s", "600/m") caps this job's starts in its queue, smoothed;
+        ``key_concurrency`` caps its running jobs per key and ``key_rate_limit`` their starts
+        per key. ``key`` is the job's key, text or a function of its arguments (e.g.
+        ``key=lambda customer, **_: f"customer:{customer}"``); ``.options(key=...)`` sets it
+        per enqueue. Bad values are refused here, naming them."""
+        job_name = name
 
         def register(f: Callable[P, R]) -> JobFunction[P, R]:
+            label = job_name or f.__name__
+            check_name("job", label)
+            check_name("queue", queue)
+            limits = job_limits(queue, label, rate_limit, key_concurrency, key_rate_limit)
             opts = JobOptions(
-                name=name or f.__name__,
+                name=label,
                 queue=queue,
                 priority=priority,
                 max_attempts=max_attempts,
@@ -168,6 +206,8 @@ class App:
                 timeout=timeout,
                 lease=lease,
                 delivery=delivery,
+                limits=limits if limits.limits else None,
+                key=key,
             )
             if opts.name in self.registry:
                 raise ConfigurationError(f"a job named {opts.name!r} is registered already")
@@ -220,6 +260,50 @@ class App:
         """Call ``fn(JobEvent)`` in the worker when a job enters the dead letter (``failed``)."""
         self.hooks.add("on_dead", fn)
         return fn
+
+    # metrics and tracing ---------------------------------------------------------------------
+
+    def metrics(self) -> Metrics:
+        """The counters ``/metrics`` exposes, as plain data: jobs enqueued by this process,
+        attempts its workers finished (completed, retried, failed into the dead letter,
+        cancelled, released), lapsed leases its reapers found, each by (queue, job name); the
+        run time and due-to-start wait histograms; the worker's other events (``notes``).
+
+        Counting starts at the first call (``jobyard worker --metrics-port`` and the
+        dashboard's ``/metrics`` make it at start): until then no event is built at all. For
+        pushing to StatsD or another system, call it once at start, then read it on a timer."""
+        tally = self._tally
+        if tally is None:
+            with self._lock:
+                if self._tally is None:
+                    self._tally = Tally()
+                    self.events.subscribe(self._tally)
+                tally = self._tally
+        return tally.snapshot()
+
+    def tracing(self) -> Any:
+        """The OpenTelemetry seam (``jobyard[otel]``), or None: on when ``opentelemetry``
+        can be imported and ``JOBYARD_TRACING`` is not ``off``. Then each enqueue carries the
+        caller's trace context in its jobs, and each attempt runs in a span, its child.
+        Without the extra nothing is imported."""
+        if self._tracing is None:
+            from . import _otel
+
+            made = _otel.make()
+            if made is None:
+                self._tracing = False
+            else:
+                self._tracing = made
+                self._enqueue.inject = made.inject
+        return self._tracing or None
+
+    def _first_inject(self) -> dict[str, str]:
+        tracing = self.tracing()
+        if tracing is None:
+            self._enqueue.inject = None
+            return {}
+        carrier: dict[str, str] = tracing.inject()
+        return carrier
 
     def get(self, job_id: str) -> Job:
         """The job with this id (``JobNotFound`` if there is none)."""
@@ -286,55 +370,55 @@ class App:
 
     def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> Workflow:
         """Cancel a chain or group: what has not run yet is cancelled, the running jobs are asked
-        to stop (as :meth:`cancel`), the finished ones are left as they are."""
+        to stop (as :meth:`cancel`), the finished ones are left as they are. One store call for
+        the whole workflow (``jobs_cancel_many``), not one per job."""
         flow = self.workflow(workflow_id)
-        # Later steps first, so none is released by an input's completion meanwhile and run.
-        for job in reversed(flow.jobs):
-            if job.status.finished:
-                continue
-            try:
-                self.backend.jobs_cancel(JobsCancelParams(job.id, by))
-            except (InvalidTransition, JobNotFound):
-                continue  # finished meanwhile
+        # Later steps first, so none is released by an input's completion meanwhile and run
+        # (a store that splits the call keeps this order between its parts).
+        ids = [job.id for job in reversed(flow.jobs) if not job.status.finished]
+        if ids:
+            self.backend.jobs_cancel_many(JobsCancelManyParams(ids, by))
         return self.workflow(workflow_id)
 
     def cancel_pending(
         self, *, queue: str | None = None, name: str | None = None, dry_run: bool = False
     ) -> list[str]:
-        """Cancel every pending job of ``queue`` and/or job ``name`` (at least one is required);
-        the ids cancelled (with ``dry_run``, those that would be, nothing changed).
+        """Cancel every job of ``queue`` and/or job ``name`` (at least one is required) that
+        has not started: the pending ones and the workflow steps still waiting for their
+        inputs (they would otherwise run there later, once their inputs complete); the ids
+        cancelled (with ``dry_run``, those that would be, nothing changed).
 
-        Each job is cancelled by the same atomic step as :meth:`cancel`, so a job a worker claims
-        meanwhile runs and is skipped, never half-cancelled; jobs enqueued while this runs are
-        cancelled too. A cancelled job can be re-driven with :meth:`retry`."""
+        Each job is cancelled by the same atomic step as :meth:`cancel`, a page of them per
+        store call, so a job a worker claims meanwhile runs and is skipped, never
+        half-cancelled; jobs enqueued while this runs are cancelled too. A cancelled job can be
+        re-driven with :meth:`retry`."""
         if queue is None and name is None:
             raise ConfigurationError("cancel_pending needs a queue or a job name (or both)")
         page = 500
         if dry_run:
             found: list[str] = []
-            while batch := self.jobs(
-                queue=queue, name=name, status="pending", limit=page, offset=len(found)
-            ):
-                found.extend(j.id for j in batch)
+            for status in QUEUED:
+                offset = 0
+                while batch := self.jobs(
+                    queue=queue, name=name, status=status, limit=page, offset=offset
+                ):
+                    offset += len(batch)
+                    found.extend(j.id for j in batch)
             return found
         done: list[str] = []
         tried: set[str] = set()
         while True:
             # Always the first page: what was cancelled or claimed has left it.
-            batch = [
-                j
-                for j in self.jobs(queue=queue, name=name, status="pending", limit=page)
+            ids = [
+                j.id
+                for status in QUEUED
+                for j in self.jobs(queue=queue, name=name, status=status, limit=page)
                 if j.id not in tried
             ]
-            if not batch:
+            if not ids:
                 return done
-            for job in batch:
-                tried.add(job.id)
-                try:
-                    self.backend.jobs_cancel(JobsCancelParams(job.id, pending_only=True))
-                except (InvalidTransition, JobNotFound):
-                    continue  # claimed (or purged) meanwhile
-                done.append(job.id)
+            tried.update(ids)
+            done += self.backend.jobs_cancel_many(JobsCancelManyParams(ids, pending_only=True))
 
     def purge_preview(
         self,
@@ -405,6 +489,18 @@ class App:
         queue sets no retention, and its server's warnings."""
         return self.backend.store_info()
 
+    def job_limits(self) -> list[JobLimits]:
+        """The limits of every registered job, empty ones included (a worker stores them all, so
+        a limit removed from the code is removed from the store)."""
+        return [
+            jf.opts.limits or JobLimits(jf.opts.queue, jf.name) for jf in self.registry.values()
+        ]
+
+    def limits(self, queues: Sequence[str] = (), top_keys: int = 5) -> list[LimitStats]:
+        """Each limited queue and job name as it stands (how full), with the keys of each queue
+        that hold the most pending jobs (see :class:`jobyard.backends.base.LimitStats`)."""
+        return self.backend.limits_stats(LimitsStatsParams(tuple(queues), top_keys))
+
     def workers(self) -> list[WorkerInfo]:
         """Live workers."""
         return self.backend.workers_list()
@@ -423,13 +519,30 @@ class App:
         max_pending: int | None = None,
         paused: bool = False,
         retention: float | None = None,
+        rate_limit: str | Rate | None = None,
+        key_concurrency: int | None = None,
+        key_rate_limit: str | Rate | None = None,
+        fair: bool = False,
     ) -> QueueConfig:
         """Store a queue's whole configuration (settings left out are cleared); they apply to
         jobs enqueued afterwards that set none. ``max_concurrency`` holds across every worker of
         every host. ``retention``: seconds a completed job of the queue is kept after it
         finished (None: the store's default: a day on Redis, until purged elsewhere); workers
-        apply it. To pause or resume without touching the rest, see :meth:`pause_queue`."""
+        apply it. To pause or resume without touching the rest, see :meth:`pause_queue`.
+
+        Flow control, held by the claim across every worker (see :mod:`jobyard.limits`):
+        ``rate_limit`` ("600/m") caps the queue's starts, smoothed; ``key_concurrency`` and
+        ``key_rate_limit`` cap the running jobs and the starts of each key
+        (``.options(key=...)``); ``fair=True`` takes the queue's jobs in turns between keys
+        (refused for a queue whose registered jobs declare no key). Bad values are refused
+        here, naming them."""
         check_name("queue", name)
+        limits = queue_limits(rate_limit, key_concurrency, key_rate_limit, fair)
+        check_fair(
+            name,
+            limits.fair,
+            (jf.opts.keyed for jf in self.registry.values() if jf.opts.queue == name),
+        )
         for label, value in (
             ("max_concurrency", max_concurrency),
             ("max_attempts", max_attempts),
@@ -450,6 +563,7 @@ class App:
             max_pending=max_pending,
             paused=paused,
             retention=None if retention is None else float(retention),
+            limits=limits,
         )
         self.backend.queues_configure(config)
         return config
@@ -599,7 +713,7 @@ class App:
         """Consume JSON entries that any Redis client pushed onto list ``key`` (Redis only).
         Workers started by :meth:`run_worker` run it. See ``ListConsumer`` for the options."""
         store = as_foreign_queues(self.backend, "consume_list")
-        consumer = store.consumer_list(key, handler, **options)
+        consumer = store.consumer_list(key, handler, runner=self._entry_runner(), **options)
         self.consumers.append(consumer)
         return consumer
 
@@ -609,9 +723,16 @@ class App:
         """Consume a Redis stream with a consumer group (Redis only); ``reply=job_function``
         turns each handler result into a job. See ``StreamConsumer`` for the options."""
         store = as_foreign_queues(self.backend, "consume_stream")
-        consumer = store.consumer_stream(stream, handler, **options)
+        consumer = store.consumer_stream(
+            stream, handler, runner=self._entry_runner(), enqueue=self._enqueue.insert, **options
+        )
         self.consumers.append(consumer)
         return consumer
+
+    def _entry_runner(self) -> Any:
+        from .worker.executor import EntryRunner
+
+        return EntryRunner(self.events)
 
     # workers -----------------------------------------------------------------------------------
 
@@ -633,6 +754,8 @@ class App:
             hooks=self.hooks,
             schedules=list(self.declared_schedules.values()),
             consumers=self.consumers,
+            events=self.events,
+            tracing=self.tracing(),
             **options,
         )
 

@@ -21,7 +21,7 @@ import click
 from rich import box
 from rich.table import Table
 
-from . import views
+from . import _bulk, views
 from ._cli_format import (
     DURATION,
     _ago,
@@ -40,7 +40,7 @@ from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES
+from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, LimitStats, QueueConfig
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -175,6 +175,27 @@ def _app(ref: str, *, check: bool = True) -> App:
     show_default=True,
 )
 @click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: human-readable lines; json: one JSON object per line (job lines with the job's"
+    " id, name, queue, attempt, outcome, duration, error, worker and workflow).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (e.g. 9108; needs prometheus-client, in the"
+    " metrics or web extra). With --processes, the sum over the processes.",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics port binds.",
+)
+@click.option(
     "--reload",
     is_flag=True,
     help="Restart the worker when a Python file of APP's package changes (development only;"
@@ -192,6 +213,9 @@ def worker(
     retention: float | None,
     pin: bool,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
     reload: bool,
 ) -> None:
     """Run jobs of APP until SIGINT or SIGTERM.
@@ -202,11 +226,13 @@ def worker(
     for value, label in ((poll_interval, "--poll-interval"), (reap_interval, "--reap-interval")):
         if value <= 0:
             raise click.BadParameter("must be more than 0", param_hint=label)
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    from . import _logjson
+
+    _logjson.configure(log_level.upper(), log_format)
+    if metrics_port is not None:
+        from ._extras import require
+
+        require("metrics", "prometheus_client")
     if reload:
         from ._reload import run_reloading
 
@@ -221,6 +247,9 @@ def worker(
             "reap-interval": reap_interval,
             "retention": retention,
             "log-level": log_level,
+            "log-format": log_format,
+            "metrics-port": metrics_port,
+            "metrics-host": metrics_host,
         }
         args = [f"--queue={q}" for q in queues]
         args += [f"--{k}={v}" for k, v in given.items() if v is not None]
@@ -245,6 +274,11 @@ def worker(
             options["cpu"] = pick_cpu()
         runner = app.worker(**options)  # opens the store: a bad one fails here, on one line
         log.info("store %s", mask_url(app.url))
+        if metrics_port is not None:
+            from .web import metrics
+
+            metrics.serve(metrics.registry_for(app), metrics_port, metrics_host)
+            log.info("metrics on http://%s:%d/metrics", metrics_host, metrics_port)
         runner.run()
         return
     from .worker.supervisor import run_processes
@@ -254,7 +288,16 @@ def worker(
     app.close()
     if pin:
         pick_cpu(0)  # fail here, once, where pinning is not supported
-    code = run_processes(app_ref, processes, log_level=log_level.upper(), pin=pin, **options)
+    code = run_processes(
+        app_ref,
+        processes,
+        log_level=log_level.upper(),
+        pin=pin,
+        log_format=log_format,
+        metrics=None if metrics_port is None else (metrics_host, metrics_port),
+        app=app,
+        **options,
+    )
     if code:
         sys.exit(code)
 
@@ -377,6 +420,8 @@ def status(app_ref: str, as_json: bool) -> None:
                     "queue": q.name,
                     "counts": q.counts,
                     "completed_last_minute": q.completed_last_minute,
+                    "oldest_pending_age": q.oldest_pending_age,
+                    "paused": q.paused,
                     "retention": q.kept,
                 }
                 for q in view.queues
@@ -394,6 +439,22 @@ def status(app_ref: str, as_json: bool) -> None:
                 for w in view.workers
             ],
             "warnings": list(view.warnings),
+            "limits": [
+                {
+                    "queue": r.queue,
+                    "job": r.job,
+                    "rules": views.limit_rules(r.limits, r.max_concurrency),
+                    "running": r.running,
+                    "rate_used": r.rate_used,
+                    "keys_running": r.keys_running,
+                    "keys_full": r.keys_full,
+                    "top_keys": [
+                        {"key": k.key, "pending": k.pending, "running": k.running}
+                        for k in r.top_keys
+                    ],
+                }
+                for r in view.limits
+            ],
         }
         click.echo(json.dumps(data, indent=2))
         return
@@ -406,18 +467,23 @@ def status(app_ref: str, as_json: bool) -> None:
     for s in STATUSES:
         table.add_column(s, justify="right")
     table.add_column("completed/1m", justify="right")
+    table.add_column("oldest", justify="right")  # the oldest due pending job's wait
     table.add_column("limits", no_wrap=True)
     for q in view.queues:
+        age = q.oldest_pending_age
         table.add_row(
             cell(q.name),
             *(str(q.counts[s]) for s in STATUSES),
             str(q.completed_last_minute),
+            "-" if age is None else _wait(age),
             cell(" ".join(_limits(q))),
         )
     if view.queues:
         console.print(table)
     else:
         console.print("no queues yet: nothing was enqueued")
+    if view.limits:
+        console.print(_limits_table(view.limits))
     if not view.workers:
         console.print("workers: none live")
         return
@@ -435,6 +501,40 @@ def status(app_ref: str, as_json: bool) -> None:
             _ago(w.last_seen),
         )
     console.print(wt)
+
+
+def _limits_table(rows: Sequence[LimitStats]) -> Table:
+    """Each limited queue and job name: its rules, how full it is, its busiest keys."""
+    table = Table(title="limits", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("queue", "job", "limits", "running", "rate used", "keys at limit", "top keys"):
+        table.add_column(column, no_wrap=column in ("queue", "job"))
+    for r in rows:
+        cap = r.limits.key_concurrency
+        table.add_row(
+            cell(r.queue),
+            cell(r.job or "(queue)"),
+            cell(" ".join(views.limit_rules(r.limits, r.max_concurrency))),
+            str(r.running) if r.max_concurrency is None else f"{r.running}/{r.max_concurrency}",
+            "" if r.rate_used is None else f"{r.rate_used:.0%}",
+            "" if cap is None else f"{r.keys_full} of {r.keys_running}",
+            cell(", ".join(f"{k.key} ({k.pending} pending)" for k in r.top_keys)),
+        )
+    return table
+
+
+def _wait(seconds: float) -> str:
+    """How long a job has waited, in its two largest units (``42s``, ``5m03s``, ``2h05m``)."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.0f}s" if seconds >= 1 else "<1s"
+    for size, unit, small, sub in (
+        (86400, "d", 3600, "h"),
+        (3600, "h", 60, "m"),
+        (60, "m", 1, "s"),
+    ):
+        if whole >= size:
+            return f"{whole // size}{unit}{(whole % size) // small:02d}{sub}"
+    return f"{whole}s"
 
 
 def _limits(q: views.QueueRow) -> list[str]:
@@ -584,18 +684,114 @@ def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> No
 
 @cli.command()
 @click.argument("app_ref", metavar="APP")
-@click.argument("job_id", metavar="ID")
-def retry(app_ref: str, job_id: str) -> None:
-    """Re-drive a failed or cancelled job: pending again, its attempts reset."""
-    job = _app(app_ref).retry(job_id)
-    _echo(f"job {job.id} is {job.status} again (attempts reset)")
+@click.argument("job_id", metavar="[ID]", required=False)
+@click.option("--all", "every", is_flag=True, help="Re-drive every failed job the filters match.")
+@click.option("--queue", default=None, help="With --all: only failed jobs of this queue.")
+@click.option("--name", default=None, help="With --all: only failed jobs of this name.")
+@click.option(
+    "--error-contains", default=None, metavar="TEXT", help="With --all: only errors holding TEXT."
+)
+@click.option("--dry-run", is_flag=True, help="With --all: count what would be re-driven.")
+def retry(
+    app_ref: str,
+    job_id: str | None,
+    every: bool,
+    queue: str | None,
+    name: str | None,
+    error_contains: str | None,
+    dry_run: bool,
+) -> None:
+    """Re-drive failed or cancelled job ID, or with --all every failed job (the dead letter)
+    of --queue, --name and --error-contains: pending again, attempts reset. --all walks the
+    dead letter in batches of 200, never all of it in memory."""
+    filters = queue is not None or name is not None or error_contains is not None
+    if job_id is not None and (every or filters or dry_run):
+        raise click.UsageError("give a job ID or --all with its filters, not both")
+    if job_id is None and not every:
+        raise click.UsageError("give a job ID, or --all (with --queue/--name/--error-contains)")
+    if job_id is None and error_contains == "":
+        raise click.UsageError("--error-contains needs some text")
+    if job_id is not None:
+        job = _app(app_ref).retry(job_id)
+        _echo(f"job {job.id} is {job.status} again (attempts reset)")
+        return
+    if queue is not None:
+        check_name("queue", queue)
+    app = _app(app_ref)
+    flt = _bulk.DeadFilter(queue=queue, name=name, contains=error_contains)
+    done = _bulk.retry(
+        app,
+        flt,
+        dry_run=dry_run,
+        on_batch=None if dry_run else lambda n: _echo(f"re-driven {n} so far", err=True),
+    )
+    for problem in done.problems[:20]:
+        _echo(f"not re-driven: {problem}", err=True)
+    if len(done.problems) > 20:
+        _echo(f"not re-driven: {len(done.problems) - 20} more", err=True)
+    what = "failed job" if done.done == 1 else "failed jobs"
+    if dry_run:
+        _echo(f"{done.done} {what} would be re-driven; nothing changed (--dry-run)")
+    else:
+        _echo(
+            f"re-drove {done.done} {what}"
+            + (f", {len(done.problems)} refused" if done.problems else "")
+        )
+
+
+@cli.command("queue")
+@click.argument("app_ref", metavar="APP")
+@click.argument("queue_name", metavar="NAME")
+@click.option("--pause", "pause_", is_flag=True, help="Stop every worker taking its jobs.")
+@click.option("--resume", is_flag=True, help="Let the workers take its jobs again.")
+@click.option(
+    "--max-concurrency",
+    default=None,
+    metavar="N",
+    help="Jobs of the queue running at once across every worker ('none': unlimited).",
+)
+def queue_cmd(
+    app_ref: str, queue_name: str, pause_: bool, resume: bool, max_concurrency: str | None
+) -> None:
+    """Pause or resume queue NAME, or set its max_concurrency, keeping its other settings;
+    with no option, print its settings."""
+    if pause_ and resume:
+        raise click.UsageError("give --pause or --resume, not both")
+    limit: int | None = None
+    if max_concurrency is not None:
+        if max_concurrency.lower() in ("none", "unlimited"):
+            limit = None
+        else:
+            try:
+                limit = int(max_concurrency)
+            except ValueError:
+                raise click.UsageError(
+                    f"--max-concurrency must be a whole number of at least 1 or 'none',"
+                    f" got {max_concurrency!r}"
+                ) from None
+            if limit < 1:
+                raise click.UsageError(f"--max-concurrency must be at least 1, got {limit}")
+    check_name("queue", queue_name)
+    app = _app(app_ref)
+    if pause_ or resume:
+        app.pause_queue(queue_name, pause_)
+    if max_concurrency is not None:
+        _bulk.set_max_concurrency(app, queue_name, limit)
+    cfg = {q.name: q for q in app.queues()}.get(queue_name, QueueConfig(queue_name))
+    state = "paused" if cfg.paused else "active"
+    conc = "unlimited" if cfg.max_concurrency is None else str(cfg.max_concurrency)
+    _echo(f"queue {queue_name}: {state}, max_concurrency={conc}")
 
 
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.argument("job_id", metavar="[ID]", required=False)
-@click.option("--queue", default=None, help="Cancel every pending job of this queue.")
-@click.option("--name", default=None, help="Cancel every pending job of this name.")
+@click.option(
+    "--queue", default=None, help="Cancel every job of this queue not started (waiting steps too)."
+)
+@click.option(
+    "--name", default=None, help="Cancel every job of this name not started (waiting steps too)."
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be cancelled; change nothing.")
 @click.option("--by", default=None, help="Who asks (recorded with the job; free text).")
 @click.option("--workflow", is_flag=True, help="Cancel the whole chain or group job ID belongs to.")
@@ -608,7 +804,8 @@ def cancel(
     by: str | None,
     workflow: bool,
 ) -> None:
-    """Cancel job ID, or every pending job of --queue and/or --name.
+    """Cancel job ID, or every job of --queue and/or --name that has not started: the pending
+    ones and the workflow steps still waiting for their inputs.
 
     A running job ID gets a cancellation request: its worker stops it at its next lease
     renewal (a sync handler only if it looks at current_job().cancel_requested). A cancelled
@@ -639,7 +836,7 @@ def cancel(
         _echo(found)
     what = " ".join(f"{k}={v}" for k, v in (("queue", queue), ("name", name)) if v)
     verb = "would cancel" if dry_run else "cancelled"
-    _echo(f"{verb} {len(ids)} pending job(s) of {what}", err=True)
+    _echo(f"{verb} {len(ids)} pending or waiting job(s) of {what}", err=True)
 
 
 @cli.command()

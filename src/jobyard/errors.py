@@ -69,9 +69,16 @@ class InvalidTransition(JobyardError):
     def input_not_completed(cls, job_id: str, input_id: str, status: str) -> InvalidTransition:
         """``retry(job_id)`` refused: a workflow step whose input has not completed would run
         without its argument."""
+        how = (
+            f"retry job {input_id} first, then this step once it completed"
+            if status in ("failed", "cancelled")
+            else "retry this step once it completed"
+            if status in ("waiting", "pending", "running")
+            else "it cannot run again"
+        )
         return cls(
             f"job {job_id} takes the result of job {input_id}, which is {status}: "
-            "a step runs only after its inputs completed"
+            f"a step runs only after its inputs completed; {how}"
         )
 
 

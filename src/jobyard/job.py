@@ -22,14 +22,18 @@ from .backends.base import (
     MAX_IDEMPOTENCY_KEY,
     Delivery,
     Inserted,
+    JobLimits,
     JobRecord,
     NewJob,
+    OnConflict,
     check_delay,
+    check_on_conflict,
     check_priority,
     check_run_at,
 )
 from .clock import to_datetime
 from .errors import ConfigurationError, JobCancelled, JobFailed
+from .limits import check_key
 from .retry import Backoff, as_backoff
 
 P = ParamSpec("P")
@@ -98,6 +102,7 @@ class Job:
     workflow_id: str | None = None
     depends_on: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
+    key: str | None = None  # the limit key (``.options(key=...)``)
 
     @classmethod
     def from_record(cls, rec: JobRecord) -> Job:
@@ -147,6 +152,7 @@ class Job:
             workflow_id=rec.workflow_id,
             depends_on=rec.depends_on,
             children=rec.dependents,
+            key=rec.key,
         )
 
 
@@ -161,12 +167,17 @@ class JobReader(Protocol):
 class JobHandle:
     """What enqueue returns: the job's id, and a way to wait for its outcome."""
 
-    __slots__ = ("_jobs", "created", "id")
+    __slots__ = ("_jobs", "created", "id", "replaced")
 
-    def __init__(self, jobs: JobReader, job_id: str, created: bool = True) -> None:
+    def __init__(
+        self, jobs: JobReader, job_id: str, created: bool = True, replaced: bool = False
+    ) -> None:
         self._jobs = jobs
         self.id = job_id
         self.created = created  # False: an idempotency key returned an existing job
+        # True: that existing job was pending and took this call's arguments (on_conflict=
+        # "replace"); False with created False: it was returned unchanged (running, or "keep")
+        self.replaced = replaced
 
     def get(self) -> Job:
         """The job as stored now."""
@@ -216,10 +227,15 @@ class JobOptions:
     timeout: float | None = None
     lease: float = DEFAULT_LEASE
     delivery: Delivery = "at_least_once"
+    # Flow control (jobyard.limits): the job name's own limits, and its key: a text, or a
+    # function of the job's arguments returning it (``@app.job(key=...)``).
+    limits: JobLimits | None = None
+    key: str | Callable[..., str] | None = None
     # per-enqueue only (set through .options()):
     delay: float = 0.0
     run_at: float | None = None
     idempotency_key: str | None = None
+    on_conflict: OnConflict = "keep"
     parent_id: str | None = None
     connection: Any = None
 
@@ -237,12 +253,39 @@ class JobOptions:
         check_priority(self.priority)
         check_delay(self.delay)
         check_run_at(self.run_at)
+        if isinstance(self.key, str):
+            check_key(self.key)
+        elif self.key is not None and not callable(self.key):
+            raise ConfigurationError(
+                f"key must be text or a function of the job's arguments, got {self.key!r:.80}"
+            )
         key = self.idempotency_key
         if key is not None and not _valid_key(key):
             raise ConfigurationError(
                 f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY} characters "
                 "without NUL or lone surrogates"
             )
+        if self.on_conflict != "keep":
+            check_on_conflict(self.on_conflict)  # the key it needs is checked at enqueue
+
+    @property
+    def keyed(self) -> bool:
+        """Whether this job carries a key by declaration (a ``key``, or limits about keys)."""
+        return self.key is not None or (self.limits is not None and self.limits.limits.keyed)
+
+    def limit_key(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """The job's key for one call: the text given, or what the key function returns for
+        these arguments (checked as any key)."""
+        key = self.key
+        if key is None or isinstance(key, str):
+            return key
+        try:
+            made = key(*args, **kwargs)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"the key function of job {self.name!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        return check_key(made)
 
     def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> NewJob:
         """The store-level job for one call, its arguments checked to be JSON."""
@@ -255,11 +298,16 @@ class JobOptions:
             run_at=self.run_at,
             max_attempts=self.max_attempts,
             backoff=None if self.backoff is None else self.backoff.to_json(),
-            timeout=self.timeout,
-            lease=self.lease,
+            # Seconds as floats whatever the caller wrote (``timeout=30``): a store that keeps
+            # values as given (memory://) would hand back an int, which the worker's record
+            # check takes for a corrupt record.
+            timeout=None if self.timeout is None else float(self.timeout),
+            lease=float(self.lease),
             delivery=self.delivery,
             idempotency_key=self.idempotency_key,
             parent_id=self.parent_id,
+            on_conflict=self.on_conflict,
+            key=None if self.key is None else self.limit_key(args, kwargs),
         )
 
 
@@ -364,11 +412,20 @@ class JobFunction(Generic[P, R]):
         lease: float | None = None,
         delivery: Delivery | None = None,
         idempotency_key: str | None = None,
+        on_conflict: OnConflict | None = None,
         parent_id: str | None = None,
         connection: Any = None,
+        key: str | None = None,
     ) -> JobFunction[P, R]:
         """A copy with per-enqueue options. ``connection`` (PostgreSQL) enqueues inside the
-        caller's transaction: the job exists if and only if that transaction commits."""
+        caller's transaction: the job exists if and only if that transaction commits. ``key``
+        is the limit key (key_concurrency, key_rate_limit and fair turns count by it).
+
+        ``on_conflict`` (with ``idempotency_key``): ``"keep"`` (the default) returns the
+        pending or running job holding the key unchanged; ``"replace"`` gives a *pending*
+        holder this call's arguments, and its run_at when this call sets ``delay`` or
+        ``run_at`` (a debounce: a burst of calls leaves one job, with the last arguments). A
+        running holder is returned unchanged either way (``handle.replaced`` is False)."""
         changes: dict[str, Any] = {
             k: v
             for k, v in {
@@ -381,8 +438,10 @@ class JobFunction(Generic[P, R]):
                 "lease": lease,
                 "delivery": delivery,
                 "idempotency_key": idempotency_key,
+                "on_conflict": on_conflict,
                 "parent_id": parent_id,
                 "connection": connection,
+                "key": key,
             }.items()
             if v is not None
         }
@@ -423,7 +482,7 @@ class JobFunction(Generic[P, R]):
         return self._handles(await self._enqueue.insert_async([new], self.opts.connection))[0]
 
     def _handles(self, inserted: list[Inserted]) -> list[JobHandle]:
-        return [JobHandle(self._jobs, i.id, i.created) for i in inserted]
+        return [JobHandle(self._jobs, i.id, i.created, i.replaced) for i in inserted]
 
     def __repr__(self) -> str:
         return f"<JobFunction {self.name} queue={self.opts.queue}>"

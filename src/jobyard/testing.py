@@ -14,19 +14,28 @@ to call ``clock.advance(seconds)``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .app import App
 from .backends.base import JobsAckParams, JobsClaimParams, LeasesReapParams
-from .clock import FrozenClock
+from .clock import Clock, FrozenClock
 from .errors import Retry
 from .job import Job, Status
 from .worker import executor
 from .worker.executor import JobTimeout
 
-__all__ = ["FrozenClock", "JobTimeout", "assert_enqueued", "drain", "enqueued"]
+__all__ = [
+    "FrozenClock",
+    "JobTimeout",
+    "assert_enqueued",
+    "clear",
+    "drain",
+    "enqueued",
+    "store_swapped",
+]
 
 
 def drain(
@@ -126,3 +135,26 @@ def assert_enqueued(app: App, name: str, *args: Any, **kwargs: Any) -> Job:
             return job
     found = [(j.args, j.kwargs) for j in enqueued(app, name)]
     raise AssertionError(f"no pending {name}{args!r} {kwargs!r}; pending {name} calls: {found!r}")
+
+
+@contextlib.contextmanager
+def store_swapped(app: App, url: str, clock: Clock | None = None) -> Iterator[App]:
+    """``app`` (the project's own, with its jobs registered) on another store and clock until
+    the block ends, then on its own again: what the pytest plugin's ``jobyard_app`` does with
+    the App its ``jobyard_app`` ini setting names."""
+    saved = (app.url, app.clock)
+    app.close()
+    app.url, app.clock = url, clock or app.clock
+    try:
+        yield app
+    finally:
+        app.close()
+        app.url, app.clock = saved
+
+
+def clear(app: App) -> None:
+    """Cancel every pending job of every queue and purge what has finished: an emptied store,
+    for a test that shares one with the tests before it."""
+    for queue in app.stats():
+        app.cancel_pending(queue=queue.queue)
+    app.purge()

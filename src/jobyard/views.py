@@ -23,7 +23,16 @@ from typing import Any, Literal
 
 from ._secrets import mask_url
 from .app import App
-from .backends.base import STATUSES, QueueConfig, QueueStats, Schedule, StoreInfo
+from .backends.base import (
+    STATUSES,
+    LimitStats,
+    QueueConfig,
+    QueueLimits,
+    QueueStats,
+    Schedule,
+    StatsParams,
+    StoreInfo,
+)
 from .job import Job
 from .retry import Backoff
 from .workflow import Workflow
@@ -53,8 +62,8 @@ class QueueRow:
     paused: bool
     retention: float | None  # the queue's own: seconds a completed job is kept
     default_retention: float | None  # the store's, where the queue sets none (StoreInfo)
-    # Seconds the queue's oldest pending job has waited, where the store can tell it cheaply:
-    # none can through the Backend protocol yet (a listing walks the jobs), so None for now.
+    # Seconds the queue's oldest due pending job has waited since it became due (its run_at:
+    # ``QueueStats.oldest_pending_at``, an index probe in the store); None: none is due.
     oldest_pending_age: float | None = None
 
     @property
@@ -87,6 +96,9 @@ class StatusView:
     info: StoreInfo
     queues: tuple[QueueRow, ...]  # by name
     workers: tuple[WorkerRow, ...]  # by id
+    # Each limited queue and job name, how full it is and the keys with the most pending jobs
+    # (queue rows first, then its job names'; see LimitStats).
+    limits: tuple[LimitStats, ...] = ()
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -142,7 +154,23 @@ def status(app: App, *, running: bool = False) -> StatusView:
     info = app.store_info()
     stats = {s.queue: s for s in app.stats()}
     rows = queue_rows(app, stats, info)
-    return StatusView(mask_url(app.url), info, rows, worker_rows(app, stats, running=running))
+    workers = worker_rows(app, stats, running=running)
+    return StatusView(mask_url(app.url), info, rows, workers, tuple(app.limits()))
+
+
+def limit_rules(limits: QueueLimits, max_concurrency: int | None = None) -> list[str]:
+    """A scope's limits as status words them: ``max_concurrency=5``, ``rate=100/s``,
+    ``key_concurrency=1``, ``key_rate=5/s``, ``fair``."""
+    rules = [] if max_concurrency is None else [f"max_concurrency={max_concurrency}"]
+    if limits.rate is not None:
+        rules.append(f"rate={limits.rate.text()}")
+    if limits.key_concurrency is not None:
+        rules.append(f"key_concurrency={limits.key_concurrency}")
+    if limits.key_rate is not None:
+        rules.append(f"key_rate={limits.key_rate.text()}")
+    if limits.fair:
+        rules.append("fair")
+    return rules
 
 
 def queue_rows(
@@ -153,13 +181,17 @@ def queue_rows(
     info = app.store_info() if info is None else info
     configs = {c.name: c for c in app.queues()}
     names = set(stats) | set(configs) | {jf.opts.queue for jf in app.registry.values()}
-    return tuple(_queue_row(q, stats.get(q), configs.get(q), info) for q in sorted(names))
+    # The store's "now" (one more call) only when some queue has a due pending job to age.
+    due = any(s.oldest_pending_at is not None for s in stats.values())
+    now = app.backend.clock_now() if due else 0.0
+    return tuple(_queue_row(q, stats.get(q), configs.get(q), info, now) for q in sorted(names))
 
 
 def _queue_row(
-    name: str, st: QueueStats | None, cfg: QueueConfig | None, info: StoreInfo
+    name: str, st: QueueStats | None, cfg: QueueConfig | None, info: StoreInfo, now: float
 ) -> QueueRow:
     counts = st.counts if st is not None else {}
+    oldest = None if st is None else st.oldest_pending_at
     return QueueRow(
         name=name,
         counts={s: counts.get(s, 0) for s in STATUSES},
@@ -172,6 +204,7 @@ def _queue_row(
         paused=cfg is not None and cfg.paused,
         retention=None if cfg is None else cfg.retention,
         default_retention=info.retention,
+        oldest_pending_age=None if oldest is None else max(now - oldest, 0.0),
     )
 
 
@@ -199,7 +232,8 @@ def _running_by_worker(
     app: App, stats: dict[str, QueueStats] | None
 ) -> dict[str, list[Job]] | None:
     """The running jobs by worker id; None past :data:`MAX_RUNNING_LISTED` of them."""
-    stats = {s.queue: s for s in app.stats()} if stats is None else stats
+    if stats is None:  # the counts only (no count of the last minute's completions)
+        stats = {s.queue: s for s in app.backend.stats_get(StatsParams(recent=False))}
     total = sum(s.counts.get("running", 0) for s in stats.values())
     if total > MAX_RUNNING_LISTED:
         return None

@@ -130,6 +130,10 @@ class _Batch:
             raise ConfigurationError(
                 f"{fn.name}: a step of a chain or group cannot set idempotency_key or parent_id"
             )
+        if opts.on_conflict != "keep":
+            raise ConfigurationError(
+                f"{fn.name}: a step of a chain or group cannot set on_conflict"
+            )
         if opts.connection is not None:
             raise ConfigurationError(f"{fn.name}: a workflow cannot join a caller's transaction")
         after = _leaves(takes)
@@ -138,7 +142,7 @@ class _Batch:
         fed_args = sig.args if takes is None else (None, *sig.args)
         fn.check_call(fed_args, sig.kwargs)
         new = opts.new_job(sig.args, sig.kwargs)
-        payload = encode_step(new.payload, at, feed)
+        payload = encode_step(new.payload, at, feed, self.workflow_id)
         self.jobs.append(
             replace(new, payload=payload, workflow_id=self.workflow_id, after=tuple(after))
         )

@@ -14,18 +14,26 @@ import jobyard
 from jobyard import testing
 from jobyard.backends.base import (
     Backend,
+    ExpiringBackend,
     ForeignQueueBackend,
     JobsAckParams,
     JobsInsertParams,
     NewJob,
     Outcome,
     StoreInfo,
+    TidyingBackend,
     TransactionalBackend,
+    as_expiring,
+    as_tidying,
 )
 
 TRANSACTIONAL = {"postgres"}
 FOREIGN_QUEUES = {"redis", "redis_cluster"}
 REDIS = {"redis", "redis_cluster"}
+# a retention of its own (Redis: result_ttl, failed_ttl, a queue's time to live; every store:
+# the throughput history, which Redis prunes by key TTLs and the others in jobs_expire)
+EXPIRING = {"memory", "sqlite", "postgres", *REDIS}
+TIDYING = {"postgres", "sqlite"}  # dead rows to vacuum (PostgreSQL), a WAL to checkpoint
 
 
 def test_each_store_declares_what_it_can_do(
@@ -35,6 +43,14 @@ def test_each_store_declares_what_it_can_do(
 
     assert isinstance(backend, TransactionalBackend) == (store[0] in TRANSACTIONAL)
     assert isinstance(backend, ForeignQueueBackend) == (store[0] in FOREIGN_QUEUES)
+    assert isinstance(backend, ExpiringBackend) == (store[0] in EXPIRING)
+    assert isinstance(backend, TidyingBackend) == (store[0] in TIDYING)
+    # the optional duties are looked up in one way, and a store without one is skipped
+    assert (as_expiring(backend) is backend) == (store[0] in EXPIRING)
+    assert (as_tidying(backend) is backend) == (store[0] in TIDYING)
+    # no store carries a duty it does not declare (a no-op method would hide a missing one)
+    assert hasattr(backend, "jobs_expire") == (store[0] in EXPIRING)
+    assert hasattr(backend, "store_tidy") == (store[0] in TIDYING)
 
 
 def test_a_caller_connection_is_refused_without_transactions(

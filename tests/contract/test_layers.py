@@ -50,7 +50,8 @@ def test_stores_know_nothing_of_workers_or_handlers(path: Path) -> None:
 STORES = ("sqlite", "postgres", "redis", "memory")
 STORE_MODULES = tuple(f"jobyard.backends.{name}" for name in STORES)
 # What a store may import of jobyard: the boundary (the contract and the helpers the stores
-# share) and what every layer uses (errors, the clock, URL secrets, missing extras). Not the
+# share) and what every layer uses (errors, the clock, the event bus, URL secrets, missing
+# extras). Not the
 # selector (jobyard.backends itself), nor anything above the boundary: app, job, workflow,
 # worker, cli, views, web, hooks, retry, cron...
 BOUNDARY = (
@@ -59,6 +60,7 @@ BOUNDARY = (
     "jobyard.backends._sqlfiles",
     "jobyard.errors",
     "jobyard.clock",
+    "jobyard.events",
     "jobyard._secrets",
     "jobyard._extras",
 )

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import jobyard
-from jobyard._secrets import mask_url, scrub
+from jobyard._secrets import forget, mask_url, scrub
 from jobyard.backends.postgres import _connect as pg_connect
 from jobyard.backends.redis import _connection as redis_connection
 from tests.conftest import ROOT, wait_until
@@ -61,11 +61,19 @@ def assert_clean(text: str, secret: str, where: str) -> None:
 
 
 # derandomize: the same 400 URL shapes every run, so CI cannot turn red on a new draw; widen it
-# by hand (max_examples=30000, derandomize=False) when changing the masking.
+# by hand (max_examples=30000, derandomize=False) when changing the masking. Each case starts
+# with no remembered secrets: once an earlier case's pieces ("S3CR", "T0KN") are remembered,
+# scrub() hides any leak of them, and a failure found in a fresh process passes on replay.
 @settings(max_examples=400, deadline=None, database=None, derandomize=True)
 @given(secret_urls())
+# Found by the long run with the state reset (libpq and redis-py split the password elsewhere
+# than at "@" and quoted the tail as a port or an option name): clean only by the luck of an
+# earlier case having remembered "T0KN".
+@example(("postgresql://u:S3CR@:T0KN@127.0.0.1:1", "S3CR@:T0KN"))
+@example(("redis://u:S3CR@?T0KN@127.0.0.1:1?application_name=a@b", "S3CR@?T0KN"))
 def test_no_part_of_a_secret_shows_in_any_rendering_of_its_url(case: tuple[str, str]) -> None:
     url, secret = case
+    forget()  # no memory of earlier cases' secrets: only this URL's own may hide a leak
     # the masked URL, and any text quoting the URL
     assert_clean(mask_url(url), secret, "mask_url")
     assert_clean(scrub(f"cannot connect to {url}: refused"), secret, "scrub")

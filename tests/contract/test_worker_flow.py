@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections.abc import Callable
 
 import jobyard
@@ -241,3 +242,30 @@ def test_an_idle_worker_runs_the_job_on_the_thread_that_claimed_it(
         for h in [first, *rest]:
             h.result(timeout=20)
     assert running[1] == 2
+
+
+def test_stop_wakes_the_idle_claim_instead_of_sleeping_out_the_poll_interval(
+    make_app: Callable[..., jobyard.App],
+) -> None:
+    # given an idle worker with a long poll interval: after its job, its claim waits for a
+    # push signal up to 20 s (a handler thread's waiting claim, or the producer's)
+    app = make_app()
+
+    @app.job(queue="idle")
+    def one() -> int:
+        return 1
+
+    handle = one.enqueue()
+    worker = app.worker(queues=["idle"], concurrency=2, poll_interval=20.0, reap_interval=5.0)
+    worker.start()
+    try:
+        assert handle.result(timeout=10) == 1
+        wait_until(lambda: worker.claimed >= 1, timeout=5, what="the job's claim counted")
+    finally:
+        # when it is stopped
+        t0 = time.monotonic()
+        worker.stop(grace=1.0)
+        took = time.monotonic() - t0
+
+    # then the waiting claim was woken: stop returned well within the poll interval
+    assert took < 3.0, f"stop took {took:.1f} s"

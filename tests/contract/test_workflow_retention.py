@@ -32,6 +32,7 @@ from jobyard.backends.base import (
     QueueConfig,
     StatsParams,
     WorkerInfo,
+    as_expiring,
 )
 from jobyard.testing import drain
 from jobyard.worker.maintenance import Maintenance
@@ -75,7 +76,8 @@ def purge(backend: Backend, *statuses: str, older_than: float = 10.0) -> Purged:
 
 def retention(backend: Backend) -> None:
     """What a worker's maintenance drops: the store's own expiry, then the queues' retention."""
-    backend.jobs_expire(JobsExpireParams())
+    if (expiring := as_expiring(backend)) is not None:
+        expiring.jobs_expire(JobsExpireParams())
     info = WorkerInfo("w-test", "host", 1, QUEUES, 1, 0.0, 0.0)
     Maintenance(backend, info, reap_interval=1.0, retention=10.0, tidy=None).apply_retention()
 

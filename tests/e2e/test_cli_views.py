@@ -62,14 +62,29 @@ def test_status_prints_each_queues_limits_and_retention(run: Callable[..., str])
     data = json.loads(run("status", HERE, "--json"))
 
     # then each queue's row says what the store keeps of it, and the store's warnings
-    rows = {line.split()[0]: line for line in text.splitlines() if line.strip()}
+    rows: dict[str, str] = {}
+    for line in text.splitlines():  # the queues table comes first: its row of each queue
+        if line.strip():
+            rows.setdefault(line.split()[0], line)
     assert "max_concurrency=2 max_pending=9 paused keep=1h" in rows["mail"]
+    # and the limits table its limit, how full it is (no job runs: 0 of 2)
+    limit_rows = [line.split() for line in text.splitlines() if "(queue)" in line]
+    assert limit_rows == [["mail", "(queue)", "max_concurrency=2", "0/2"]]
+    assert [(r["queue"], r["job"], r["rules"]) for r in data["limits"]] == [
+        ("mail", None, ["max_concurrency=2"])
+    ]
     assert ("keep=1d" in rows["plain"]) == (kept == 86400.0)
     queues = {q["queue"]: q for q in data["queues"]}
     assert queues["mail"]["retention"] == 3600 and queues["plain"]["retention"] == kept
     assert queues["plain"]["counts"]["pending"] == 1
+    # and how long the oldest due pending job has waited, and whether the queue is paused
+    assert (
+        queues["plain"]["oldest_pending_age"] >= 0 and queues["mail"]["oldest_pending_age"] is None
+    )
+    assert queues["mail"]["paused"] is True and queues["plain"]["paused"] is False
+    assert rows["plain"].split()[8] in ("<1s", "1s", "2s") and rows["mail"].split()[8] == "-"
     assert data["warnings"] == list(app.store_info().warnings) and data["workers"] == []
-    assert list(data) == ["store", "queues", "workers", "warnings"]
+    assert list(data) == ["store", "queues", "workers", "warnings", "limits"]
 
 
 def test_show_prints_a_steps_workflow(run: Callable[..., str]) -> None:

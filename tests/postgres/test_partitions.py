@@ -103,7 +103,7 @@ def test_purge_reads_only_the_finished_partitions_it_names(
     insert(backend, new(), new())
     (job,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
     backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "completed", result="1")]))
-    params = {"statuses": ["completed"], "now": None, "older_than": 0.0, "queue": None}
+    params = {"statuses": ["completed"], "now": None, "older_than": 0.0, "queue": None, "ids": None}
     text = plan(connect, Q.jobs_purge, params, fence=True)
     # the completed partition is read by its finish time (never analyzed, it was read whole)
     assert "Seq Scan on jobs_completed" not in text and "jobs_completed_finished" in text

@@ -9,8 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from jobyard.backends.redis.backend import RedisBackend
-from jobyard.clock import SystemClock
+import jobyard
 
 
 def main() -> None:
@@ -20,8 +19,8 @@ def main() -> None:
         (Path(sink) / f"started.{fields['n']}").write_text("x")
         threading.Event().wait()  # stuck until killed
 
-    backend = RedisBackend(url, SystemClock())
-    consumer = backend.consumer_stream(stream, handler, group=group, consumer="doomed")
+    app = jobyard.App(url)
+    consumer = app.consume_stream(stream, handler, group=group, consumer="doomed")
     while True:
         consumer.run_once(block=1.0)
 

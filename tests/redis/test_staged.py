@@ -475,3 +475,16 @@ def test_a_producer_killed_mid_batch_leaves_nothing_visible(make_backend: Any, k
     assert backend.client.zcard(pending) == 0
     assert stored_jobs(backend) == []
     assert backend.client.zcard(backend.keys.batches) == 0
+
+
+def test_a_staged_batch_refuses_replace_and_writes_nothing(backend: RedisBackend) -> None:
+    # given a pending job holding a key
+    (held,) = insert(backend, new("a", idempotency_key="k"))
+    # when a batch too large for one script would replace it
+    jobs = [new("a", idempotency_key="k", on_conflict="replace"), *(new("a") for _ in range(SLICE))]
+    with pytest.raises(jobyard.ConfigurationError, match="on_conflict='replace' needs a batch"):
+        backend.jobs_insert(JobsInsertParams(jobs))
+    # then nothing of it was written, and the holder kept its arguments
+    assert [r.id for r in backend.jobs_list(JobsListParams(queue="a"))] == [held]
+    rec = backend.jobs_get(held)
+    assert rec is not None and rec.payload == new("a").payload

@@ -14,6 +14,7 @@ from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
     JobsExpireParams,
+    JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
     LeasesReapParams,
@@ -231,7 +232,7 @@ def test_holds_and_drops_left_owed_by_a_dead_caller_are_paid_by_the_reaper(
     held = backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))
     backend.jobs_ack(JobsAckParams([Outcome(h.id, h.token, "failed") for h in held]))
     # when a purge of queue "b" runs its script and its caller dies before paying what it owes
-    args = [backend.core.now(), "1", "0", "100", "0", backend.keys.prefix, "", "failed"]
+    args = [backend.core.now(), "1", "0", "100", "0", backend.keys.prefix, "", "", "failed"]
     reply = backend.core.run("jobs_purge", backend.keys.queue("b"), args)
     assert [int(x) for x in reply[:4]] == [1, 0, 0, 0]
     assert sorted(e[2][:1] for e in reply[4:]) == ["d", "f"]
@@ -263,3 +264,44 @@ def test_an_owed_hold_paid_twice_counts_once(backend: RedisBackend) -> None:
     backend.jobs_ack(JobsAckParams(completed(backend, "c")))
     assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 2
     assert [backend.jobs_get(i) for i in (x, y, z)] == [None, None, None]
+
+
+def test_a_lapsed_queue_takes_its_waiting_steps_and_those_downstream_along(
+    backend: RedisBackend,
+) -> None:
+    from tests.conftest import wait_until
+
+    # given, in queue "feed": a step released by its completed input a (in "src"), a root
+    # step p, and a step w still waiting on b (in "src"); n1 and n2 wait on them in "next"
+    a, f1, n1, p, n2, b, w = insert(
+        backend,
+        step(queue="src"),
+        step(0, queue="feed"),
+        step(1, queue="next"),
+        step(queue="feed"),
+        step(3, queue="next"),
+        step(queue="src"),
+        step(5, queue="feed"),
+    )
+    backend.jobs_ack(JobsAckParams(completed(backend, "src")[:1]))
+    assert [status(backend, i) for i in (a, f1, p, w)] == [
+        "completed",
+        "pending",
+        "pending",
+        "waiting",
+    ]
+    # when "feed" is fed with a time to live, then left unfed past it
+    backend.jobs_insert(JobsInsertParams([new("feed")]), queue_ttl=0.2)
+    alive = backend.keys.queue("feed")[12]
+    wait_until(lambda: backend.client.exists(alive) == 0, what="the queue to lapse")
+
+    # then no claim takes its jobs, and the expiry drops them with their waiting steps:
+    # three pending jobs of "feed", its waiting w, and n1 and n2 downstream in "next"
+    assert backend.jobs_claim(JobsClaimParams("w1", ("feed",), 10)) == []
+    assert backend.jobs_expire(JobsExpireParams()) == 6
+    assert [backend.jobs_get(i) for i in (f1, p, w, n1, n2)] == [None] * 5
+    assert backend.jobs_list(JobsListParams(queue="feed")) == []
+    assert backend.jobs_list(JobsListParams(queue="next")) == []
+    # and a, whose only dependent went, is freed for its retention; b (claimed) runs on
+    assert status(backend, a) == "completed" and job_ttl(backend, a) > 0
+    assert status(backend, b) == "running"

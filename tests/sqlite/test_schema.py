@@ -105,6 +105,8 @@ def test_opening_migrates_once_and_records_each_version(
         (6, "0006_cancel_progress"),
         (7, "0007_workflows"),
         (8, "0008_workflow_holds"),
+        (9, "0009_limits"),
+        (10, "0010_throughput"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()
@@ -202,6 +204,10 @@ END;
 
 
 def test_every_named_query_compiles_against_the_schema(raw: sqlite3.Connection) -> None:
+    from jobyard.backends.sqlite import _connection
+
+    # the functions every store connection has (_connection.connect)
+    raw.create_function("jobyard_error_line", 1, _connection._error_line, deterministic=True)
     for name, sql in _sql.queries().items():
         params = dict.fromkeys(re.findall(r":(\w+)", sql))
         try:

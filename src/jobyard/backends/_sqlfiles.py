@@ -51,14 +51,17 @@ def parse_blocks(text: str) -> dict[str, str]:
 def expand_fragments(blocks: dict[str, str]) -> dict[str, str]:
     """Blocks named ``_x`` are fragments: each ``{{_x}}`` in another block is replaced by its
     text (a select list written once for every statement that returns job records), and the
-    fragments are left out of the result. An unknown fragment is an error."""
+    fragments are left out of the result. A fragment may use others (the gate of a claim is
+    made of a few); one that uses itself, directly or not, or an unknown one is an error."""
     fragments = {k: v for k, v in blocks.items() if k.startswith("_")}
 
-    def fill(match: re.Match[str]) -> str:
+    def fill(match: re.Match[str], seen: tuple[str, ...] = ()) -> str:
         name = match.group(1)
         if name not in fragments:
             raise ValueError(f"unknown SQL fragment {name!r}")
-        return fragments[name]
+        if name in seen:
+            raise ValueError(f"SQL fragment {name!r} uses itself")
+        return _FRAGMENT.sub(lambda m: fill(m, (*seen, name)), fragments[name])
 
     return {k: _FRAGMENT.sub(fill, v) for k, v in blocks.items() if k not in fragments}
 

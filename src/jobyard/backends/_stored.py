@@ -7,8 +7,18 @@ once it is made :func:`storable`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from .base import (
+    JobLimits,
+    KeyStats,
+    LimitsStatsParams,
+    LimitStats,
+    QueueConfig,
+    QueueLimits,
+    Rate,
+)
 
 log = logging.getLogger("jobyard.store")
 R = TypeVar("R")
@@ -49,3 +59,107 @@ def readable(rows: Iterable[R], read: Callable[[R], S], what: str) -> list[S]:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             log.warning("corrupt %s record skipped: %s: %s", what, type(exc).__name__, exc)
     return out
+
+
+# Limits as the SQL stores keep them: a rate as three columns (count, per, burst), NULL when unset.
+LIMIT_COLUMNS = (
+    "rate_count",
+    "rate_per",
+    "rate_burst",
+    "key_concurrency",
+    "key_rate_count",
+    "key_rate_per",
+    "key_rate_burst",
+)
+
+
+def limit_columns(limits: QueueLimits) -> dict[str, Any]:
+    """The columns of ``LIMIT_COLUMNS`` for ``limits`` (``fair`` is a queue's column apart)."""
+    rate, key_rate = limits.rate, limits.key_rate
+    return {
+        "rate_count": None if rate is None else rate.count,
+        "rate_per": None if rate is None else rate.per,
+        "rate_burst": None if rate is None else rate.burst,
+        "key_concurrency": limits.key_concurrency,
+        "key_rate_count": None if key_rate is None else key_rate.count,
+        "key_rate_per": None if key_rate is None else key_rate.per,
+        "key_rate_burst": None if key_rate is None else key_rate.burst,
+    }
+
+
+def limits_from(cells: Sequence[Any], fair: Any = False) -> QueueLimits:
+    """The inverse of :func:`limit_columns`: ``cells`` in ``LIMIT_COLUMNS`` order."""
+    rc, rp, rb, kc, krc, krp, krb = cells
+    return QueueLimits(
+        rate=None if rc is None else Rate(int(rc), float(rp), int(rb)),
+        key_concurrency=None if kc is None else int(kc),
+        key_rate=None if krc is None else Rate(int(krc), float(krp), int(krb)),
+        fair=bool(fair),
+    )
+
+
+def limit_stats(
+    params: LimitsStatsParams,
+    now: float,
+    queues: Sequence[QueueConfig],
+    named: Sequence[JobLimits],
+    counts: Iterable[Sequence[Any]],
+    buckets: dict[tuple[str, str | None], Sequence[Any]],
+) -> list[LimitStats]:
+    """``limits_stats`` of a SQL store from what it read: the queues' configs, the job limits,
+    ``counts`` rows (queue, name, key or None, pending, running: keyed jobs, and running ones
+    with or without a key) and the buckets without a key, (queue, job or None) -> (tat,
+    interval, burst)."""
+    wanted = set(params.queues)
+    per_key: dict[tuple[str, str | None], dict[str, list[int]]] = {}  # scope -> key -> [p, r]
+    running: dict[tuple[str, str | None], int] = {}
+    for queue, name, key, pending, run in counts:
+        for at in ((queue, None), (queue, name)):
+            running[at] = running.get(at, 0) + int(run)
+            if key is not None:
+                cell = per_key.setdefault(at, {}).setdefault(key, [0, 0])
+                cell[0] += int(pending)
+                cell[1] += int(run)
+
+    def scope(queue: str, job: str | None, limits: QueueLimits, cap: int | None) -> LimitStats:
+        keys = per_key.get((queue, job), {})
+        bucket = buckets.get((queue, job))
+        used = None
+        if limits.rate is not None:
+            used = rate_used(limits.rate, None if bucket is None else float(bucket[0]), now)
+        full = limits.key_concurrency
+        ranked = sorted(keys.items(), key=lambda kc: (-kc[1][0], kc[0]))[: params.top_keys]
+        return LimitStats(
+            queue=queue,
+            job=job,
+            limits=limits,
+            max_concurrency=cap,
+            running=running.get((queue, job), 0),
+            rate_used=used,
+            keys_running=sum(1 for c in keys.values() if c[1]),
+            keys_full=0 if full is None else sum(1 for c in keys.values() if c[1] >= full),
+            top_keys=() if job else tuple(KeyStats(k, p, r) for k, (p, r) in ranked if p),
+        )
+
+    configs = {q.name: q for q in queues}
+    keyed = {
+        q for (q, job), keys in per_key.items() if job is None and any(p for p, _ in keys.values())
+    }
+    rows: list[LimitStats] = []
+    for name in sorted(set(configs) | keyed):
+        cfg = configs.get(name) or QueueConfig(name)
+        limited = cfg.limits or cfg.max_concurrency is not None or name in keyed
+        if limited and (not wanted or name in wanted):
+            rows.append(scope(name, None, cfg.limits, cfg.max_concurrency))
+    for job in named:
+        if not wanted or job.queue in wanted:
+            rows.append(scope(job.queue, job.name, job.limits, None))
+    rows.sort(key=lambda r: (r.queue, r.job is not None, r.job or ""))
+    return rows
+
+
+def rate_used(rate: Rate, tat: float | None, now: float) -> float:
+    """How much of a rate's burst is taken at ``now``: 0 idle, 1 the next start waits."""
+    if tat is None or tat <= now:
+        return 0.0
+    return min(1.0, (tat - now) / (rate.burst * rate.interval))

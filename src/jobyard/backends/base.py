@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..clock import Clock
 from ..errors import ConfigurationError
+from ..events import Events
 
 Delivery = Literal["at_least_once", "at_most_once"]
 CatchUp = Literal["latest", "all", "none"]
 StoreKind = Literal["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 OutcomeKind = Literal["completed", "retry", "failed", "release", "cancelled"]
+# What an insert does with a job whose idempotency key a pending job already holds: return that
+# job as it is ("keep", seed 001), or give it this job's arguments (and run_at, when this job
+# sets one) and return it ("replace": a debounce). See :class:`NewJob`.
+OnConflict = Literal["keep", "replace"]
+ON_CONFLICTS: tuple[str, ...] = ("keep", "replace")
 
 # ``waiting``: a workflow step whose inputs (``NewJob.after``) have not all completed yet; the
 # store moves it to ``pending`` when the last of them completes (see ``jobs_ack``).
@@ -53,6 +59,12 @@ CANCEL_LOST_ERROR = "cancelled on request: the worker running it stopped renewin
 MAX_IDEMPOTENCY_KEY = 200  # characters of an idempotency key (checked by JobOptions)
 MAX_CANCELLED_BY = 200  # characters of who asked a cancellation (``app.cancel(id, by=...)``)
 MAX_PROGRESS_NOTE = 200  # characters of a progress note (``current_job().progress``)
+MAX_LIMIT_KEY = 200  # characters of a limit key (``.options(key=...)``, checked by JobOptions)
+# The throughput history (:meth:`Backend.throughput_get`): one bucket per queue and minute,
+# kept for a day and an hour (a day's chart is always whole), older ones pruned by
+# ``jobs_expire`` (Redis: by a key TTL).
+THROUGHPUT_STEP = 60
+THROUGHPUT_KEEP = 25 * 3600
 
 
 # --- records -------------------------------------------------------------------------------
@@ -93,6 +105,7 @@ class JobRecord:
     workflow_id: str | None = None
     depends_on: tuple[str, ...] = ()
     dependents: tuple[str, ...] = ()
+    key: str | None = None  # the limit key (NewJob.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +124,126 @@ class ClaimedJob:
     token: str  # the fencing token of this claim
     delivery: Delivery
     parent_id: str | None
+    # When the job became due (its run_at, by the store's clock, epoch seconds): what the
+    # worker's enqueue-to-start latency is measured from. None when the store does not say.
+    run_at: float | None = None
+
+
+# --- flow control (limits enforced inside jobs_claim) ------------------------------------------
+#
+# The parsing, bounds and rules of who may declare what live in ``jobyard.limits`` (the core);
+# here are the types a store receives and the arithmetic every store applies alike.
+
+RATE_MAX_COUNT = 10**9  # starts per period
+RATE_MIN_PER, RATE_MAX_PER = 1.0, 7 * 86400.0  # seconds of a rate's period
+MAX_KEY_CONCURRENCY = 2**31 - 1
+# A burst of a tenth of a second's starts: "100/s" lets 10 start at once, then one every 10 ms.
+RATE_BURST_WINDOW = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` starts per ``per`` seconds across every worker, smoothed: a GCRA
+    (generic cell rate algorithm, a token bucket kept as one instant) whose state is one float
+    per bucket, ``tat``, the "theoretical arrival time" (absent: as if ``tat <= now``).
+
+    With ``T = per / count`` (:attr:`interval`) and ``B`` = :attr:`burst`, a claim at ``now``
+    sees ``s = max(tat, now)`` and may start :meth:`admits` ``= max(0, floor((now - s) / T +
+    B))`` jobs; starting ``k`` of them stores ``tat = s + k * T`` (:meth:`taken`). A held back
+    start is admitted again from :meth:`opens_at` ``= s - (B - 1) * T``. The bound this gives,
+    over any window of ``w`` seconds: at most ``w / T + B`` starts. A bucket whose ``tat`` is
+    past is the same as no bucket: the store may forget it (``store_tidy``)."""
+
+    count: int
+    per: float = 1.0
+    burst: int = 0  # 0: RATE_BURST_WINDOW seconds' worth of starts, at least 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.count, int) or not 1 <= self.count <= RATE_MAX_COUNT:
+            raise ConfigurationError(
+                f"a rate's count must be a whole number from 1 to {RATE_MAX_COUNT}, "
+                f"got {self.count!r}"
+            )
+        if not _is_number(self.per) or not RATE_MIN_PER <= self.per <= RATE_MAX_PER:
+            raise ConfigurationError(
+                f"a rate's period must be from {RATE_MIN_PER:.0f} s to {RATE_MAX_PER:.0f} s "
+                f"(7 days), got {self.per!r}"
+            )
+        object.__setattr__(self, "per", float(self.per))
+        if not self.burst:
+            per_second = self.count / self.per
+            object.__setattr__(self, "burst", max(1, int(per_second * RATE_BURST_WINDOW)))
+        if not isinstance(self.burst, int) or not 1 <= self.burst <= self.count:
+            raise ConfigurationError(
+                f"a rate's burst must be a whole number from 1 to its count, got {self.burst!r}"
+            )
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two starts at the steady rate (``T``)."""
+        return self.per / self.count
+
+    def admits(self, tat: float | None, now: float) -> int:
+        """How many starts the bucket allows at ``now`` (``tat`` None: an empty bucket)."""
+        s = now if tat is None else max(tat, now)
+        return max(0, int((now - s) / self.interval + self.burst + 1e-9))
+
+    def taken(self, tat: float | None, now: float, k: int) -> float:
+        """The bucket's ``tat`` after ``k`` starts at ``now``."""
+        return (now if tat is None else max(tat, now)) + k * self.interval
+
+    def opens_at(self, tat: float | None, now: float) -> float:
+        """When the bucket next admits a start (``now`` if it does now)."""
+        s = now if tat is None else max(tat, now)
+        return max(now, s - (self.burst - 1) * self.interval)
+
+    def text(self) -> str:
+        """As a user writes it: ``100/s``, ``600/m``, ``5/10s``."""
+        units = {1.0: "s", 60.0: "m", 3600.0: "h", 86400.0: "d"}
+        if self.per in units:
+            return f"{self.count}/{units[self.per]}"
+        return f"{self.count}/{self.per:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """Limits on starts, held by ``jobs_claim`` across every worker of every host: of a queue
+    (:attr:`QueueConfig.limits`), or of one job name in one queue (:class:`JobLimits`).
+
+    - ``rate``: starts of the scope's jobs (:class:`Rate`; one bucket per scope).
+    - ``key_concurrency``: at most that many ``running`` jobs of the scope with the same key
+      (``NewJob.key``); jobs without a key are not concerned. Counted from the running jobs
+      themselves, so a lapsed lease holds its key slot until ``leases_reap`` rescues the job.
+    - ``key_rate``: starts of the scope's jobs with the same key (one bucket per key).
+    - ``fair`` (queues only): the queue's due jobs are taken in turns between keys (round
+      robin; jobs without a key take their turns as one more key).
+    """
+
+    rate: Rate | None = None
+    key_concurrency: int | None = None
+    key_rate: Rate | None = None
+    fair: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        """Whether any of these limits is about keys."""
+        return self.key_concurrency is not None or self.key_rate is not None or self.fair
+
+    def __bool__(self) -> bool:
+        return self.rate is not None or self.keyed
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """The limits ``@app.job(rate_limit=..., key_concurrency=..., key_rate_limit=...)`` declares
+    for the jobs named ``name`` in ``queue`` (the queue ``@app.job`` names; the same job sent
+    to another queue with ``.options(queue=...)`` is not concerned). Every bucket and every
+    key count of a job's limits is per (queue, name): never shared with another job name or
+    with the queue's own limits. ``fair`` is never set here (a queue's setting)."""
+
+    queue: str
+    name: str
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +259,9 @@ class QueueConfig:
     # Seconds a completed job of this queue is kept after it finished; None: the store's
     # default (Redis: the URL's result_ttl; elsewhere until purged or a worker's --retention).
     retention: float | None = None
+    # Flow control of the queue's jobs (see QueueLimits and jobs_claim); max_concurrency above
+    # is one more limit of the same gate.
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +284,32 @@ class QueueStats:
     queue: str
     counts: dict[str, int]  # status -> jobs
     completed_last_minute: int
+    # The ``run_at`` of the queue's oldest due pending job (the one waiting longest since it
+    # became due), or None when no pending job is due: found by an index probe per priority
+    # level (Redis: the head of each ready zset), never by a scan.
+    oldest_pending_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputParams:
+    """Which history to read: the minutes that end after ``now - since`` (the one under way
+    included), of ``queues`` (empty: every queue)."""
+
+    since: float = 3600.0
+    queues: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputMinute:
+    """Jobs of ``queue`` that ended in the minute starting at ``minute`` (epoch seconds, a
+    multiple of :data:`THROUGHPUT_STEP`): ``completed`` (by an acknowledgement) and ``failed``
+    (into the dead letter: by an acknowledgement, or by the reaper when a lapsed lease spent
+    the last attempt). Cancelled jobs and retries are not counted."""
+
+    queue: str
+    minute: float
+    completed: int
+    failed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +363,19 @@ def bounded_delay(value: float) -> float:
     return min(delay, MAX_DELAY) if delay > 0 else 0.0
 
 
+def check_on_conflict(value: object, idempotency_key: object = "") -> OnConflict:
+    """``"keep"`` or ``"replace"`` (the latter only with an idempotency key), else
+    ``ConfigurationError``."""
+    if value not in ON_CONFLICTS:
+        raise ConfigurationError(f"on_conflict must be 'keep' or 'replace', got {value!r}")
+    if value == "replace" and idempotency_key is None:
+        raise ConfigurationError(
+            "on_conflict='replace' needs an idempotency_key: it replaces the pending job "
+            "holding that key"
+        )
+    return value  # type: ignore[return-value]
+
+
 def check_run_at(value: object) -> float | None:
     """``None`` or an instant from 1970 to the end of year 9998, else ``ConfigurationError``."""
     if value is None:
@@ -237,8 +412,22 @@ class NewJob:
     # idempotency keys.
     workflow_id: str | None = None
     after: tuple[int, ...] = ()
+    # The limit key (``.options(key="customer:42")``): what key_concurrency, key_rate and fair
+    # turns count by, within the queue. Checked by JobOptions (1 to MAX_LIMIT_KEY characters).
+    key: str | None = None
+    # A key held by a pending job: "keep" returns that job unchanged; "replace" gives it this
+    # job's payload, and this job's run_at (``run_at``, else now + ``delay``) when this job sets
+    # either (a delay of 0 and no run_at leave the holder's run_at as it was); nothing else of
+    # the holder changes (name, priority, attempts, options). A key held by a *running* job
+    # returns that job unchanged either way: a started job's arguments are never rewritten, and
+    # its key stays held until it finishes. ``Inserted.replaced`` tells which happened.
+    on_conflict: OnConflict = "keep"
 
     def __post_init__(self) -> None:
+        if self.on_conflict != "keep":
+            check_on_conflict(self.on_conflict, self.idempotency_key)
+            if self.after or self.workflow_id is not None:
+                raise ConfigurationError("a workflow step cannot set on_conflict")
         defaults = self.priority == 0 and self.delay == 0.0 and self.run_at is None
         if defaults and type(self.priority) is int and type(self.delay) in (int, float):
             return  # nothing to check (most jobs, and every bulk enqueue)
@@ -253,6 +442,8 @@ class NewJob:
         for name in _WORKFLOW_FIELDS:  # a schedule's job is never a workflow step: text as before
             if not data[name]:
                 del data[name]
+        if data["on_conflict"] == "keep":  # the default: stored text as before it existed
+            del data["on_conflict"]
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -265,7 +456,7 @@ class NewJob:
 
 
 _NEW_JOB_FIELDS = frozenset(f.name for f in dataclasses.fields(NewJob))
-_WORKFLOW_FIELDS = ("after", "workflow_id")
+_WORKFLOW_FIELDS = ("after", "workflow_id", "key")  # left out when unset: text as before
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +472,11 @@ class JobsInsertParams:
     checked at insert only: a waiting step released to ``pending`` by its last input's
     completion was counted when it was accepted, and is never refused.
 
+    ``NewJob.on_conflict = "replace"`` (a debounce): a key held by a pending job gives it the
+    new job's payload (and run_at, when the new job sets one) in the same atomic move as the
+    key's check, answered ``Inserted(id, False, replaced=True)``; a running holder is answered
+    unchanged (``replaced=False``). See docs/backend-contract.md.
+
     All or nothing for readers as well: no claim, listing, count or read by id sees a job of
     the batch before all of it is stored. A store that cannot store a large batch in one short
     move (Redis, where a long script stops every other client) writes it in several, hidden
@@ -295,16 +491,22 @@ class JobsInsertParams:
 
 @dataclass(frozen=True, slots=True)
 class Inserted:
-    """The outcome of one :class:`NewJob`: a new id, or the id of the job holding its key."""
+    """The outcome of one :class:`NewJob`: a new id, or the id of the job holding its key
+    (``replaced``: that pending job was given this one's arguments, ``on_conflict="replace"``)."""
 
     id: str
     created: bool
+    replaced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class JobsClaimParams:
-    """Claim up to ``limit`` due jobs from ``queues``, in DESIGN.md order, honouring each
-    queue's max_concurrency across all workers. Counts an attempt and issues a fresh token.
+    """Claim up to ``limit`` due jobs from ``queues``, in DESIGN.md order (a fair queue: in
+    turns between keys), through the store's one *gate*: paused, max_concurrency and every
+    :class:`QueueLimits` of the queue and of the jobs' names (:class:`JobLimits`), across all
+    workers, each start counted against them as it is made. A job a limit holds back stays
+    pending, untouched, and does not hold back the jobs behind it that no exhausted limit
+    concerns. Counts an attempt and issues a fresh token.
 
     ``wait`` > 0: first sleep until a push signal for ``queues`` arrives (as :meth:`jobs_wait`)
     or ``wait`` seconds pass, then claim, whichever ended the sleep. An idle worker's next claim:
@@ -316,6 +518,22 @@ class JobsClaimParams:
     queues: Sequence[str]
     limit: int
     wait: float = 0.0
+
+
+class Claimed(list[ClaimedJob]):
+    """What :meth:`Backend.jobs_claim` returns: a ``list`` of the claimed jobs, with
+    ``next_open`` beside it: when a rate limit held back a due job, the seconds from the
+    store's now until the first such limit admits a start again (the worker's next claim need
+    not come sooner); None when no rate held a job back."""
+
+    next_open: float | None
+
+    def __init__(self, jobs: Iterable[ClaimedJob] = (), next_open: float | None = None) -> None:
+        super().__init__(jobs)
+        self.next_open = next_open
+
+    def __repr__(self) -> str:
+        return f"Claimed({list(self)!r}, next_open={self.next_open!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +642,20 @@ class JobsCancelParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsCancelManyParams:
+    """Cancel many jobs in one move (a workflow's jobs, a queue's pending ones): each job as
+    :class:`JobsCancelParams` would, but a job that is unknown, finished, or running with
+    ``pending_only`` is skipped (left as it is) instead of refused."""
+
+    ids: Sequence[str]
+    by: str | None = None
+    pending_only: bool = False
+
+    def __post_init__(self) -> None:
+        JobsCancelParams("", self.by)  # the same check of ``by``
+
+
+@dataclass(frozen=True, slots=True)
 class LeasesReapParams:
     """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
     a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
@@ -451,10 +683,13 @@ class JobsExpireParams:
 
 @dataclass(frozen=True, slots=True)
 class Reaped:
-    """A job the reaper moved, and where to."""
+    """A job the reaper moved, and where to (with its ``name`` and ``queue``, for the lease-lost
+    count of ``jobyard.web.metrics``)."""
 
     id: str
     status: str
+    name: str = ""
+    queue: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +703,103 @@ class JobsListParams:
     offset: int = 0
     workflow_id: str | None = None  # the jobs of one workflow
     ids: Sequence[str] | None = None  # only these jobs (unknown ids are left out)
+
+
+@dataclass(frozen=True, slots=True)
+class JobsSearchParams:
+    """One page of jobs, newest first, found by cursor (the dashboard's listing, the dead letter's
+    bulk moves). ``queue`` and ``status`` choose what is walked, through an index (SQL: the
+    primary key backwards, within a status's partition or index; Redis: a state index per
+    queue). ``name``, ``idempotency_key`` (exact), ``contains`` (a substring of the payload's
+    JSON text) and ``error_contains`` (of the error) are checked on the jobs walked; a key alone
+    is looked up in its own index (SQL; Redis walks). ``before``: the ``next`` of the previous
+    page (the store's own cursor, opaque to the caller). At most ``scan`` jobs are walked per
+    call (Redis shares them between the queue and state indexes it walks, at least one each),
+    so a filter that matches rarely costs a bounded time per page and says where to go on."""
+
+    queue: str | None = None
+    status: str | None = None
+    name: str | None = None
+    idempotency_key: str | None = None
+    contains: str | None = None
+    error_contains: str | None = None
+    before: str | None = None
+    limit: int = 50
+    scan: int = 5000
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}: use one of {', '.join(STATUSES)}")
+        if self.limit < 1 or self.scan < 1:
+            raise ValueError("limit and scan must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPage:
+    """What :meth:`Backend.jobs_search` found: up to ``limit`` matching jobs, newest first;
+    ``next``, the cursor of the next (older) page, or None when nothing older is left to walk;
+    and ``scanned``, how many jobs were walked to find them. A page may hold fewer than
+    ``limit`` jobs (even none) and still have a ``next``: the walk stopped at ``scan``."""
+
+    jobs: list[JobRecord]
+    next: str | None
+    scanned: int
+
+
+def error_line(error: str | None) -> str:
+    """The line a failed job's error is grouped by in the dead letter: its last line with
+    anything but spaces, tabs and carriage returns on it (a traceback's exception and message),
+    without those around it. Lines end at "\n" only, as every store splits them."""
+    if not error:
+        return ""
+    return error.rstrip(" \t\r\n").rsplit("\n", 1)[-1].strip(" \t\r")
+
+
+ERROR_TAIL = 1000  # characters of an error a store may group by (a longer last line: its end)
+
+
+def in_group(error: str | None, line: str) -> bool:
+    """Whether a failed job's error belongs to a dead-letter group of ``line``: its
+    :func:`error_line`, or (a last line longer than :data:`ERROR_TAIL`, which a store groups
+    by its end) a line that ends with it."""
+    mine = error_line(error)
+    return mine == line or (len(line) >= ERROR_TAIL // 2 and mine.endswith(line))
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroupsParams:
+    """Group the dead letter: the newest ``scan`` failed jobs (of ``queue``, or of every
+    queue) by queue, name and :func:`error_line` of the error's last :data:`ERROR_TAIL`
+    characters (so a store reads no more of each error than that)."""
+
+    queue: str | None = None
+    scan: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Failed jobs of one queue and name whose errors end with the same line: how many, the
+    latest and the earliest finished_at, and ``sample_id``, the id of the group's newest job
+    (the last enqueued: the first a listing shows)."""
+
+    queue: str
+    name: str
+    error_line: str
+    count: int
+    newest: float
+    oldest: float
+    sample_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroups:
+    """What :meth:`Backend.dead_groups` found: the groups, biggest first (then newest first,
+    then by queue, name and line); how many failed jobs were walked; and whether that was every
+    failed job of the queue (or of every queue)."""
+
+    groups: list[DeadGroup]
+    scanned: int
+    complete: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +822,10 @@ class JobsPurgeParams:
     statuses: Sequence[str] = FINISHED
     older_than: float = 0.0  # seconds before now, judged by finished_at
     queue: str | None = None
+    # Only these jobs (the dead letter's bulk purge, a batch of ids at a time; unknown ids and
+    # jobs the other filters leave out are ignored); an input this frees is deleted with them
+    # only if it is among them. None: every job the other filters match.
+    ids: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         statuses = tuple(dict.fromkeys(self.statuses))
@@ -531,6 +867,15 @@ class JobsWaitParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsWakeParams:
+    """End the waiting claim (``JobsClaimParams.wait``) of worker ``worker_id`` on ``queues``
+    now, as a push signal would: the worker is stopping and must not sleep out its wait."""
+
+    worker_id: str
+    queues: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersBeatParams:
     """Register or refresh a worker; ``stopping`` removes it."""
 
@@ -543,9 +888,27 @@ class WorkersBeatParams:
 
 @dataclass(frozen=True, slots=True)
 class StatsParams:
-    """Which queues to count (empty: all)."""
+    """Which queues to count (empty: all). ``recent`` False: ``completed_last_minute`` may be
+    left 0 (a store that counts the last minute's jobs skips it: the dashboard reads the
+    throughput history instead, which costs the same however busy the minute was)."""
 
     queues: Sequence[str] = field(default_factory=tuple)
+    recent: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class QueuesNamesParams:
+    """Name the queues that hold finished jobs of ``statuses`` (finished states only,
+    ValueError otherwise): the queues a purge of those statuses could find work in."""
+
+    statuses: Sequence[str] = ("completed",)
+
+    def __post_init__(self) -> None:
+        statuses = tuple(dict.fromkeys(self.statuses))
+        bad = [s for s in statuses if s not in FINISHED]
+        if bad:
+            raise ValueError(f"only finished states ({', '.join(FINISHED)}) are named, not {bad}")
+        object.__setattr__(self, "statuses", statuses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,14 +986,89 @@ class SchedulesPauseParams:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsSyncParams:
+    """Store the limits of these job names (every worker at start, for the jobs it registers):
+    each (queue, name) given replaces the stored one; one with empty limits deletes it. Names
+    not given are left as they are."""
+
+    jobs: Sequence[JobLimits]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsStatsParams:
+    """Which queues' limits to read (empty: all), and how many of the keys holding the most
+    pending jobs to list per queue."""
+
+    queues: Sequence[str] = field(default_factory=tuple)
+    top_keys: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStats:
+    """One key of a queue: its pending (due or not) and running jobs."""
+
+    key: str
+    pending: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStats:
+    """One limited scope as it stands: a queue's own limits (``job`` None: its
+    ``max_concurrency`` and :attr:`QueueConfig.limits`) or a job name's (:class:`JobLimits`).
+
+    ``running``: running jobs of the scope. ``rate_used``: how much of the rate's burst is
+    taken now, from 0 (idle) to 1 (the next start waits), None without a rate.
+    ``keys_running``: how many keys have running jobs in the scope; ``keys_full``: how many of
+    them are at ``key_concurrency`` (0 without it). ``top_keys`` (queue rows only, and only for
+    a queue whose jobs carry keys): up to ``top_keys`` keys with the most pending jobs, most
+    first, then by key."""
+
+    queue: str
+    job: str | None
+    limits: QueueLimits
+    max_concurrency: int | None
+    running: int
+    rate_used: float | None
+    keys_running: int
+    keys_full: int
+    top_keys: tuple[KeyStats, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StoreTidyParams:
     """Housekeeping of the store itself, run by every worker's maintenance: a table that churns
     (every move of a job leaves a dead row behind on PostgreSQL) is vacuumed once it holds more
     than ``min_dead`` dead rows plus ``dead_fraction`` of its live rows, or once that many rows
-    were inserted since its last vacuum. Stores without dead rows do nothing."""
+    were inserted since its last vacuum. Stores without dead rows do nothing.
+
+    A store that keeps rate buckets (:class:`Rate`) in tables also forgets here those whose
+    ``tat`` is past, so an idle key leaves nothing behind (the others forget theirs by
+    themselves: memory as it claims, Redis by key TTLs)."""
 
     min_dead: int = 5000
     dead_fraction: float = 0.2
+
+
+def sort_groups(groups: Sequence[DeadGroup]) -> list[DeadGroup]:
+    """Groups in :class:`DeadGroups` order: biggest, then newest, then queue, name, line."""
+    return sorted(groups, key=lambda g: (-g.count, -g.newest, g.queue, g.name, g.error_line))
+
+
+def group_dead(rows: Sequence[tuple[str, str, str | None, float | None, str]]) -> list[DeadGroup]:
+    """Group walked failed jobs, ``(queue, name, error, finished_at, id)`` newest first, as
+    :meth:`Backend.dead_groups` does (a store that reads the rows and groups them here)."""
+    out: dict[tuple[str, str, str], list[Any]] = {}
+    for queue, name, error, finished, job_id in rows:
+        at = finished or 0.0
+        g = out.get(key := (queue, name, error_line((error or "")[-ERROR_TAIL:])))
+        if g is None:
+            out[key] = [1, at, at, job_id]  # the first walked: the newest job
+        else:
+            g[0] += 1
+            g[1] = max(g[1], at)
+            g[2] = min(g[2], at)
+    return sort_groups([DeadGroup(*k, *v) for k, v in out.items()])
 
 
 # --- the protocol ------------------------------------------------------------------------------
@@ -670,10 +1108,26 @@ class Backend(Protocol):
         """Jobs matching the filter, newest first."""
         ...
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page of jobs by cursor, newest first (see :class:`JobsSearchParams`): never by
+        offset, and never walking more than ``scan`` jobs."""
+        ...
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The dead letter grouped (see :class:`DeadGroupsParams`): the newest failed jobs
+        walked newest first, never more than ``scan`` of them."""
+        ...
+
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Cancel a waiting or pending job at once; on a running job record a cancellation
         request (the first request's time and author are kept). Raise JobNotFound, or
         InvalidTransition if the job is finished."""
+        ...
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Cancel each job as :meth:`jobs_cancel` would, in one round trip per store call
+        (Redis Cluster: one per queue), skipping the jobs it would refuse; the ids of those it
+        changed (cancelled, or a request recorded on a running one), in the order given."""
         ...
 
     def jobs_retry(self, job_id: str) -> JobRecord:
@@ -687,8 +1141,8 @@ class Backend(Protocol):
         ...
 
     # worker side
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs (see :class:`JobsClaimParams`)."""
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs through the gate (see :class:`JobsClaimParams`, :class:`Claimed`)."""
         ...
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
@@ -699,6 +1153,13 @@ class Backend(Protocol):
         """Sleep until woken by an insert (push signal) or timeout; True if woken."""
         ...
 
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """End that worker's waiting claim at once (see :class:`JobsWakeParams`): its in-process
+        waiters are woken (SQLite, PostgreSQL, memory), or a token is pushed on the worker's own
+        wake list, which its blocking read covers beside the queues' (Redis). A claim that is
+        not waiting yet returns at once from its next wait; waking others is allowed."""
+        ...
+
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; which leases were lost (token no longer matches)
         and which renewed jobs have a cancellation request."""
@@ -706,11 +1167,6 @@ class Backend(Protocol):
 
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
         """Recover jobs whose lease lapsed: an attempt was spent on each."""
-        ...
-
-    def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
-        dropped."""
         ...
 
     # queues, workers, stats
@@ -733,12 +1189,34 @@ class Backend(Protocol):
         ...
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
-        """Per queue: counts by status and completions in the last minute."""
+        """Per queue: counts by status, completions in the last minute and the run_at of the
+        oldest due pending job."""
         ...
 
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
-        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept throughput history (see :class:`ThroughputMinute`): only minutes in which
+        something ended, by queue then minute. ``jobs_ack`` and ``leases_reap`` add to it in
+        the same atomic move as the job's change, so it survives every restart of workers and
+        readers; minutes older than :data:`THROUGHPUT_KEEP` are dropped by ``jobs_expire``
+        (or by the store itself)."""
+        ...
+
+    # flow control
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store job names' limits (see :class:`LimitsSyncParams`)."""
+        ...
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Every limited scope of the queues asked, queue rows first then job rows by name,
+        queues by name (see :class:`LimitStats`); a queue with keyed pending jobs and no limit
+        gets a row too, for its top keys. A read for status: it may count a queue's jobs."""
+        ...
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of ``params.statuses``, by name: one cheap read of
+        what the store keeps with the moves, never a count or a scan of jobs (maintenance
+        asks it every few seconds). A name too many is allowed (it costs its caller an empty
+        purge); a queue holding such jobs is never left out."""
         ...
 
     def store_info(self) -> StoreInfo:
@@ -803,6 +1281,58 @@ class TransactionalBackend(Backend, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class EntryVerdict:
+    """What a consumer of a foreign list or stream does with one entry, decided above the
+    boundary (``jobyard.worker.executor.EntryRunner``: the handler run, its return or exception
+    classified, the events emitted): ``ack`` it, ``retry`` it (``delay``: seconds, from
+    ``Retry(delay=)``, else None), or ``drop`` it to its dead list. ``reason``: why it was
+    dropped or retried (kept as a dead entry's reason when a retry passes ``max_deliveries``).
+    ``result``: an acknowledged handler's return value."""
+
+    action: Literal["ack", "retry", "drop"]
+    delay: float | None = None
+    reason: str = ""
+    result: Any = None
+
+
+# How a consumer runs one entry: ``runner(source, key, entry_id, handler, decode)``, ``source``
+# "list" or "stream", ``decode()`` the entry's value (ValueError or KeyError if it cannot be
+# read). Given to the store's consumers by the App (``consumer_list(..., runner=...)``).
+EntryRunner = Callable[[str, str, str, Callable[[Any], Any], Callable[[], Any]], EntryVerdict]
+# How a stream consumer enqueues its reply jobs: ``enqueue(jobs, send)``, the core's one way
+# down (``_enqueue.Enqueue.insert``, events and hooks), ``send`` the store call that inserts.
+EntryEnqueue = Callable[..., list[Inserted]]
+
+
+@runtime_checkable
+class ExpiringBackend(Backend, Protocol):
+    """A store that keeps a retention of its own, apart from any purge (Redis: the URL's
+    ``result_ttl`` and ``failed_ttl``, a queue fed with a time to live): every worker's
+    maintenance applies it after each reap. The SQL stores and memory keep finished jobs until
+    purged, but prune the throughput history here (minutes past :data:`THROUGHPUT_KEEP`, see
+    :meth:`Backend.throughput_get`), returning 0."""
+
+    def jobs_expire(self, params: JobsExpireParams) -> int:
+        """Apply the store's own retention (see :class:`JobsExpireParams`); how many jobs were
+        dropped."""
+        ...
+
+
+@runtime_checkable
+class TidyingBackend(Backend, Protocol):
+    """A store that needs housekeeping beside the moves of jobs: PostgreSQL (every move leaves
+    a dead row behind: a vacuum of the hot partitions) and SQLite (the WAL checkpointed here
+    rather than inside a claim's or an ack's commit). Every worker's maintenance calls it about
+    once a second on a thread of its own. Redis and memory free what they delete, and have
+    nothing to tidy."""
+
+    def store_tidy(self, params: StoreTidyParams) -> list[str]:
+        """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
+        action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
+        ...
+
+
 class Consumer(Protocol):
     """A consumer of a foreign list or stream, run by the workers of its App."""
 
@@ -847,6 +1377,23 @@ def refuse_connection(backend: Backend, params: JobsInsertParams | JobsAckParams
         as_transactional(backend, "a caller's connection (connection=...)")
 
 
+@runtime_checkable
+class EventSource(Protocol):
+    """A store that reports events of its own on the App's bus (Redis: a call whose reply was
+    lost and that was not sent again, ``WorkerNote("unsure")``)."""
+
+    def events_attach(self, events: Events) -> None:
+        """Emit this store's events on ``events`` from now on."""
+        ...
+
+
+def attach_events(backend: Backend, events: Events) -> None:
+    """Let ``backend`` report its own events on ``events``, if it has any (see
+    :class:`EventSource`)."""
+    if isinstance(backend, EventSource):
+        backend.events_attach(events)
+
+
 def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
     """``backend`` if it is a :class:`ForeignQueueBackend`, else one ConfigurationError."""
     if isinstance(backend, ForeignQueueBackend):
@@ -854,6 +1401,18 @@ def as_foreign_queues(backend: Backend, feature: str) -> ForeignQueueBackend:
     raise _lacks(
         backend, feature, "a store that consumes lists and streams of other programs (Redis)"
     )
+
+
+def as_expiring(backend: Backend) -> ExpiringBackend | None:
+    """``backend`` if it keeps a retention of its own (:class:`ExpiringBackend`), else None:
+    an optional duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, ExpiringBackend) else None
+
+
+def as_tidying(backend: Backend) -> TidyingBackend | None:
+    """``backend`` if it has tables to tidy (:class:`TidyingBackend`), else None: an optional
+    duty, which maintenance skips rather than refuses."""
+    return backend if isinstance(backend, TidyingBackend) else None
 
 
 def _lacks(backend: Backend, feature: str, needs: str) -> ConfigurationError:

@@ -10,6 +10,7 @@ import itertools
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..clock import Clock
@@ -25,23 +26,39 @@ from .base import (
     QUEUED,
     REDRIVABLE,
     STATUSES,
+    THROUGHPUT_KEEP,
+    THROUGHPUT_STEP,
+    Claimed,
     ClaimedJob,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
+    KeyStats,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
+    QueueLimits,
+    QueuesNamesParams,
     QueueStats,
+    Rate,
     Reaped,
     Renewed,
     Schedule,
@@ -51,9 +68,11 @@ from .base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
+    group_dead,
     refuse_connection,
 )
 
@@ -68,6 +87,11 @@ class _Row:
     lease_expires_at: float | None = None
     waits: int = 0  # inputs of a waiting job not completed yet
     holds: int = 0  # dependents not completed (nor deleted) yet: while > 0 a completed job stays
+    turn: int = 0  # a fair queue's round this job belongs to (see _turn)
+
+
+# A rate bucket: (queue, job name or None for the queue's own limits, key or None).
+_Bucket = tuple[str, str | None, str | None]
 
 
 class MemoryBackend:
@@ -87,10 +111,24 @@ class MemoryBackend:
         self._ids = itertools.count(1)
         self._inserts = 0
         self._waiters: dict[str, int] = {}  # worker id -> _inserts when its last wait returned
+        self._job_limits: dict[tuple[str, str], QueueLimits] = {}  # (queue, name) -> limits
+        self._tats: dict[_Bucket, float] = {}  # rate buckets (base.Rate): bucket -> tat
+        # Fair queues: queue -> key -> the last turn given to one of its jobs, and queue -> the
+        # turn of the latest job claimed (the queue's current round).
+        self._last_turn: dict[str, dict[str | None, int]] = {}
+        self._round: dict[str, int] = {}
+        # (queue, minute) -> [completed, failed]: the throughput history
+        self._throughput: dict[tuple[str, float], list[int]] = {}
 
     def _now(self) -> float:
         now = self.clock.now()
         return time.time() if now is None else now
+
+    def _tally(self, queue: str, status: str, now: float) -> None:
+        """Count a job that ended completed or failed in its minute (under the lock)."""
+        minute = float(int(now // THROUGHPUT_STEP) * THROUGHPUT_STEP)
+        bucket = self._throughput.setdefault((queue, minute), [0, 0])
+        bucket[0 if status == "completed" else 1] += 1
 
     # schema ---------------------------------------------------------------------------------
 
@@ -121,14 +159,23 @@ class MemoryBackend:
             fresh: list[_Row] = []
             at: list[_Row] = []  # the row of each batch position (workflow steps point here)
             batch_keys: dict[tuple[str, str], str] = {}
+            # on_conflict="replace": the holder's new payload and run_at, applied once the
+            # batch is sure to go in (all or nothing)
+            replacing: dict[str, tuple[_Row, str, float | None]] = {}
             for job in params.jobs:
                 key = job.idempotency_key
                 held = self._holder(job.queue, key)
                 if held is None and key is not None:
                     held = batch_keys.get((job.queue, key))
                 if held is not None:
-                    out.append(Inserted(held, False))
-                    at.append(self._rows.get(held) or next(r for r in fresh if r.rec.id == held))
+                    row = self._rows.get(held) or next(r for r in fresh if r.rec.id == held)
+                    at.append(row)
+                    replaced = job.on_conflict == "replace" and row.rec.status == "pending"
+                    if replaced:
+                        moved = job.run_at is not None or job.delay != 0
+                        run_at = _run_at(job, now) if moved else None
+                        replacing[held] = (row, job.payload, run_at)
+                    out.append(Inserted(held, False, replaced))
                     continue
                 row = self._new_row(job, now)
                 if job.after:
@@ -154,7 +201,11 @@ class MemoryBackend:
                     raise QueueFull(queue_name, cfg.max_pending)
             for row in fresh:
                 self._rows[row.rec.id] = row
-            if fresh:
+            for row, payload, run_at in replacing.values():
+                row.rec = replace(row.rec, payload=payload)
+                if run_at is not None:
+                    row.rec = replace(row.rec, run_at=run_at)
+            if fresh or replacing:
                 self._inserts += 1
                 self._lock.notify_all()
             return out
@@ -172,7 +223,7 @@ class MemoryBackend:
             max_attempts=job.max_attempts
             or (queue.max_attempts if queue and queue.max_attempts else None)
             or DEFAULT_MAX_ATTEMPTS,
-            run_at=job.run_at if job.run_at is not None else now + job.delay,
+            run_at=_run_at(job, now),
             created_at=now,
             started_at=None,
             finished_at=None,
@@ -183,9 +234,20 @@ class MemoryBackend:
             idempotency_key=job.idempotency_key,
             delivery=job.delivery,
             workflow_id=job.workflow_id,
+            key=job.key,
         )
         backoff = job.backoff or (queue.backoff if queue else None)
-        return _Row(rec, backoff, job.timeout, job.lease)
+        turn = self._turn(job.queue, job.key) if queue is not None and queue.limits.fair else 0
+        return _Row(rec, backoff, job.timeout, job.lease, turn=turn)
+
+    def _turn(self, queue: str, key: str | None) -> int:
+        """A new job's turn in a fair queue (start-time fair queueing): one after its key's
+        last, but never before the queue's current round, so a key that was idle joins the
+        round being served rather than jumping ahead of it or queueing behind its past."""
+        last = self._last_turn.setdefault(queue, {})
+        turn = max(last.get(key, -1) + 1, self._round.get(queue, 0))
+        last[key] = turn
+        return turn
 
     @staticmethod
     def _wait_on(row: _Row, inputs: list[_Row]) -> None:
@@ -239,6 +301,53 @@ class MemoryBackend:
         recs.sort(key=lambda r: int(r.id), reverse=True)
         return recs[params.offset : params.offset + params.limit]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """Newest first from the cursor (an id), at most ``scan`` jobs of the queue and
+        status walked."""
+        p = params
+        if p.before is not None and not p.before.isdigit():
+            raise ValueError(f"invalid cursor {p.before!r}")
+        with self._lock:
+            walk = sorted(
+                (
+                    r.rec
+                    for r in self._rows.values()
+                    if (p.queue is None or r.rec.queue == p.queue)
+                    and (p.status is None or r.rec.status == p.status)
+                    and (p.before is None or int(r.rec.id) < int(p.before))
+                ),
+                key=lambda rec: int(rec.id),
+                reverse=True,
+            )
+        found: list[JobRecord] = []
+        scanned = 0
+        for rec in walk:
+            scanned += 1
+            if _search_matches(rec, p):
+                found.append(rec)
+                if len(found) == p.limit:
+                    return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
+            if scanned == p.scan:
+                return JobsPage(found, rec.id if scanned < len(walk) else None, scanned)
+        return JobsPage(found, None, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs, grouped."""
+        with self._lock:
+            failed = sorted(
+                (
+                    r.rec
+                    for r in self._rows.values()
+                    if r.rec.status == "failed"
+                    and (params.queue is None or r.rec.queue == params.queue)
+                ),
+                key=lambda rec: int(rec.id),
+                reverse=True,
+            )
+        walked = failed[: params.scan]
+        rows = [(r.queue, r.name, r.error, r.finished_at, r.id) for r in walked]
+        return DeadGroups(group_dead(rows), len(walked), len(walked) == len(failed))
+
     def _row(self, job_id: str) -> _Row:
         row = self._rows.get(job_id)
         if row is None:
@@ -247,6 +356,9 @@ class MemoryBackend:
 
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Waiting or pending -> cancelled; running: a request recorded once."""
+        return self._cancel(params)
+
+    def _cancel(self, params: JobsCancelParams) -> JobRecord:
         with self._lock:
             row = self._row(params.id)
             now = self._now()
@@ -265,6 +377,18 @@ class MemoryBackend:
             else:
                 raise InvalidTransition.cannot_cancel(params.id, rec.status)
             return row.rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """Each job as jobs_cancel, under one lock; the refused ones skipped."""
+        changed: list[str] = []
+        with self._lock:
+            for job_id in params.ids:
+                try:
+                    self._cancel(JobsCancelParams(job_id, params.by, params.pending_only))
+                except (JobNotFound, InvalidTransition):
+                    continue
+                changed.append(job_id)
+        return changed
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""
@@ -297,9 +421,12 @@ class MemoryBackend:
         with self._lock:
             limit = self._now() - params.older_than
 
+            only = None if params.ids is None else set(params.ids)
+
             def matches(r: _Row) -> bool:
                 return (
-                    r.rec.status in params.statuses
+                    (only is None or r.rec.id in only)
+                    and r.rec.status in params.statuses
                     and (params.queue is None or r.rec.queue == params.queue)
                     and r.rec.finished_at is not None
                     and r.rec.finished_at <= limit
@@ -331,7 +458,7 @@ class MemoryBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
         """Claim due jobs in priority, run_at, id order within each queue's free concurrency;
         with ``wait``, after the push signal (:meth:`jobs_wait`)."""
         if params.wait > 0:
@@ -344,36 +471,9 @@ class MemoryBackend:
                 self._waiters[params.worker_id] = self._inserts
         with self._lock:
             now = self._now()
-            queues = set(params.queues)
-            room: dict[str, int | None] = {}
-            for name in queues:
-                cfg = self._queues.get(name)
-                if cfg is not None and cfg.paused:
-                    room[name] = 0
-                elif cfg is None or cfg.max_concurrency is None:
-                    room[name] = None
-                else:
-                    running = sum(
-                        1
-                        for r in self._rows.values()
-                        if r.rec.queue == name and r.rec.status == "running"
-                    )
-                    room[name] = max(cfg.max_concurrency - running, 0)
-            due = [
-                r
-                for r in self._rows.values()
-                if r.rec.status == "pending" and r.rec.queue in queues and r.rec.run_at <= now
-            ]
-            due.sort(key=lambda r: (-r.rec.priority, r.rec.run_at, int(r.rec.id)))
-            claimed: list[ClaimedJob] = []
-            for row in due:
-                if len(claimed) >= params.limit:
-                    break
-                left = room[row.rec.queue]
-                if left is not None:
-                    if left <= 0:
-                        continue
-                    room[row.rec.queue] = left - 1
+            rows, next_open = self._gate(params.queues, now, params.limit)
+            claimed = Claimed(next_open=next_open)
+            for row in rows:
                 row.token = uuid.uuid4().hex
                 row.lease_expires_at = now + row.lease
                 row.rec = replace(
@@ -397,9 +497,89 @@ class MemoryBackend:
                         token=row.token,
                         delivery=row.rec.delivery,
                         parent_id=row.rec.parent_id,
+                        run_at=row.rec.run_at,
                     )
                 )
             return claimed
+
+    def _gate(
+        self, queues: Sequence[str], now: float, limit: int, take: bool = True
+    ) -> tuple[list[_Row], float | None]:
+        """The store's one gate (lock held): the due jobs of ``queues`` a claim of ``limit`` may
+        start now, in claim order, and when a rate that held one back opens (seconds from
+        now). Paused queues, max_concurrency, and each QueueLimits of the queue and of the
+        job's name, every start counted as it is chosen. With ``take``, the rate buckets and
+        the fair rounds are moved on for the jobs chosen (the claim); without, nothing changes
+        (a probe)."""
+        open_queues = {
+            name
+            for name in queues
+            if not ((cfg := self._queues.get(name)) is not None and cfg.paused)
+        }
+        running: dict[tuple[str, str | None, str | None], int] = {}
+        for r in self._rows.values():
+            if r.rec.status == "running" and r.rec.queue in open_queues:
+                for scope in _scopes(r.rec.queue, r.rec.name, r.rec.key):
+                    running[scope] = running.get(scope, 0) + 1
+        due = [
+            r
+            for r in self._rows.values()
+            if r.rec.status == "pending" and r.rec.queue in open_queues and r.rec.run_at <= now
+        ]
+        due.sort(key=lambda r: (-r.rec.priority, r.turn, r.rec.run_at, int(r.rec.id)))
+        tats: dict[_Bucket, float] = {}
+        chosen: list[_Row] = []
+        opens: float | None = None
+        for row in due:
+            if len(chosen) >= limit:
+                break
+            rec = row.rec
+            cfg = self._queues.get(rec.queue) or QueueConfig(rec.queue)
+            cap = cfg.max_concurrency
+            if cap is not None and running.get((rec.queue, None, None), 0) >= cap:
+                continue
+            held = False
+            buckets: list[tuple[_Bucket, Rate]] = []
+            for job, limits in (
+                (None, cfg.limits),
+                (rec.name, self._job_limits.get((rec.queue, rec.name))),
+            ):
+                if not limits:
+                    continue
+                cap_key = limits.key_concurrency
+                if rec.key is not None and cap_key is not None:
+                    held = held or running.get((rec.queue, job, rec.key), 0) >= cap_key
+                if limits.rate is not None:
+                    buckets.append(((rec.queue, job, None), limits.rate))
+                if rec.key is not None and limits.key_rate is not None:
+                    buckets.append(((rec.queue, job, rec.key), limits.key_rate))
+            for bucket, rate in buckets:
+                tat = tats.get(bucket, self._tats.get(bucket))
+                if rate.admits(tat, now) < 1:
+                    held = True
+                    wait = rate.opens_at(tat, now) - now
+                    opens = wait if opens is None else min(opens, wait)
+            if held:
+                continue
+            for bucket, rate in buckets:
+                tats[bucket] = rate.taken(tats.get(bucket, self._tats.get(bucket)), now, 1)
+            for scope in _scopes(rec.queue, rec.name, rec.key):
+                running[scope] = running.get(scope, 0) + 1
+            chosen.append(row)
+        if take:
+            # A bucket whose tat is past is the same as none: forget those (an idle key leaves
+            # nothing behind), then store what this claim took.
+            for bucket in [b for b, tat in self._tats.items() if tat <= now]:
+                del self._tats[bucket]
+            for queue, last in self._last_turn.items():
+                current = self._round.get(queue, 0)
+                for key in [k for k, turn in last.items() if turn < current]:
+                    del last[key]
+            self._tats.update(tats)
+            for row in chosen:
+                if row.turn > self._round.get(row.rec.queue, 0):
+                    self._round[row.rec.queue] = row.turn
+        return chosen, opens
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply each outcome whose token still matches; return the stale ids."""
@@ -417,10 +597,12 @@ class MemoryBackend:
                 rec = row.rec
                 if out.kind == "completed":
                     row.rec = replace(rec, status="completed", result=out.result, finished_at=now)
+                    self._tally(rec.queue, "completed", now)
                     self._release(row, now)
                     self._unhold(row)
                 elif out.kind == "failed":
                     row.rec = replace(rec, status="failed", error=out.error, finished_at=now)
+                    self._tally(rec.queue, "failed", now)
                 elif out.kind == "cancelled":
                     row.rec = replace(rec, status="cancelled", error=out.error, finished_at=now)
                 elif out.kind == "retry":
@@ -430,8 +612,21 @@ class MemoryBackend:
                 else:  # release
                     row.rec = replace(rec, status="pending", run_at=now, attempts=rec.attempts - 1)
             if len(stale) < len(params.outcomes):
+                if any(self._limited(o.id) for o in params.outcomes):
+                    self._inserts += 1  # a slot opened: a held back job may start (wake waiters)
                 self._lock.notify_all()
         return stale
+
+    def _limited(self, job_id: str) -> bool:
+        """Whether the job's queue or name has a limit that counts running jobs (lock held)."""
+        row = self._rows.get(job_id)
+        if row is None:
+            return False
+        cfg = self._queues.get(row.rec.queue)
+        if cfg is not None and (cfg.max_concurrency is not None or cfg.limits.keyed):
+            return True
+        named = self._job_limits.get((row.rec.queue, row.rec.name))
+        return named is not None and named.key_concurrency is not None
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep on the condition until an insert or the timeout."""
@@ -439,6 +634,14 @@ class MemoryBackend:
             seen = self._inserts
             self._lock.wait_for(lambda: self._inserts != seen, timeout=params.timeout)
             return self._inserts != seen
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake every waiter, as an insert does; the worker's next waiting claim returns at
+        once even if it was not waiting yet (its mark is one no count equals)."""
+        with self._lock:
+            self._waiters[params.worker_id] = -1
+            self._inserts += 1
+            self._lock.notify_all()
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Push leases forward and store progress; the lost ones and the cancel requests."""
@@ -484,16 +687,33 @@ class MemoryBackend:
                     row.rec = replace(rec, status="failed", error=LEASE_LOST_ERROR, finished_at=now)
                 else:
                     row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
-                reaped.append(Reaped(rec.id, row.rec.status))
+                if row.rec.status == "failed":
+                    self._tally(rec.queue, "failed", now)
+                reaped.append(Reaped(rec.id, row.rec.status, rec.name, rec.queue))
             if reaped:
                 self._inserts += 1
                 self._lock.notify_all()
         return reaped
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        with self._lock:
+            cutoff = self._now() - THROUGHPUT_KEEP
+            for key in [k for k in self._throughput if k[1] < cutoff]:
+                del self._throughput[key]
         return 0
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since``, by queue then minute."""
+        with self._lock:
+            start = self._now() - params.since
+            wanted = set(params.queues)
+            return [
+                ThroughputMinute(queue, minute, c, f)
+                for (queue, minute), (c, f) in sorted(self._throughput.items())
+                if minute > start - THROUGHPUT_STEP and (not wanted or queue in wanted)
+            ]
 
     # queues, workers, stats -------------------------------------------------------------------
 
@@ -531,6 +751,12 @@ class MemoryBackend:
             self._forget_workers(self._now())
             return sorted(self._workers.values(), key=lambda w: w.started_at)
 
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses, by name."""
+        with self._lock:
+            wanted = set(params.statuses)
+            return sorted({r.rec.queue for r in self._rows.values() if r.rec.status in wanted})
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue."""
         with self._lock:
@@ -542,21 +768,100 @@ class MemoryBackend:
             for name in sorted(names):
                 counts = dict.fromkeys(STATUSES, 0)
                 recent = 0
+                oldest: float | None = None
                 for r in self._rows.values():
                     if r.rec.queue != name:
                         continue
                     counts[r.rec.status] += 1
+                    due = r.rec.run_at
+                    if (
+                        r.rec.status == "pending"
+                        and due <= now
+                        and (oldest is None or due < oldest)
+                    ):
+                        oldest = due
                     fin = r.rec.finished_at
                     if r.rec.status == "completed" and fin is not None and fin >= now - 60:
                         recent += 1
-                out.append(QueueStats(name, counts, recent))
+                out.append(QueueStats(name, counts, recent, oldest))
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
 
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a dict holds no dead rows."""
-        return []
+    # flow control -----------------------------------------------------------------------------
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store (or, empty, delete) each job name's limits."""
+        with self._lock:
+            for job in params.jobs:
+                if job.limits:
+                    self._job_limits[(job.queue, job.name)] = job.limits
+                else:
+                    self._job_limits.pop((job.queue, job.name), None)
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Each limited scope of the queues asked, with its queue's top keys."""
+        with self._lock:
+            now = self._now()
+            wanted = set(params.queues)
+            scopes: list[tuple[str, str | None, QueueLimits, int | None]] = []
+            keyed_queues = {r.rec.queue for r in self._rows.values() if r.rec.key is not None}
+            for name in sorted(set(self._queues) | keyed_queues):
+                cfg = self._queues.get(name) or QueueConfig(name)
+                if (cfg.limits or cfg.max_concurrency is not None or name in keyed_queues) and (
+                    not wanted or name in wanted
+                ):
+                    scopes.append((name, None, cfg.limits, cfg.max_concurrency))
+            for (queue, job), limits in sorted(self._job_limits.items()):
+                if not wanted or queue in wanted:
+                    scopes.append((queue, job, limits, None))
+            scopes.sort(key=lambda s: (s[0], s[1] is not None, s[1] or ""))
+            return [self._scope_stats(*scope, now, params.top_keys) for scope in scopes]
+
+    def _scope_stats(
+        self,
+        queue: str,
+        job: str | None,
+        limits: QueueLimits,
+        cap: int | None,
+        now: float,
+        top: int,
+    ) -> LimitStats:
+        rows = [
+            r
+            for r in self._rows.values()
+            if r.rec.queue == queue and (job is None or r.rec.name == job)
+        ]
+        running = [r for r in rows if r.rec.status == "running"]
+        per_key: dict[str, list[int]] = {}
+        for r in rows:
+            if r.rec.key is not None and r.rec.status in ("pending", "running"):
+                counts = per_key.setdefault(r.rec.key, [0, 0])
+                counts[r.rec.status == "running"] += 1
+        rate = limits.rate
+        used = None if rate is None else _rate_used(rate, self._tats.get((queue, job, None)), now)
+        keys_running = sum(1 for c in per_key.values() if c[1])
+        full = limits.key_concurrency
+        top_keys = (
+            ()
+            if job is not None
+            else tuple(
+                KeyStats(k, c[0], c[1])
+                for k, c in sorted(per_key.items(), key=lambda kc: (-kc[1][0], kc[0]))[:top]
+                if c[0]
+            )
+        )
+        return LimitStats(
+            queue=queue,
+            job=job,
+            limits=limits,
+            max_concurrency=cap,
+            running=len(running),
+            rate_used=used,
+            keys_running=keys_running,
+            keys_full=0 if full is None else sum(1 for c in per_key.values() if c[1] >= full),
+            top_keys=top_keys,
+        )
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; no server to warn about."""
@@ -640,6 +945,37 @@ class MemoryBackend:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _run_at(job: NewJob, now: float) -> float:
+    return job.run_at if job.run_at is not None else now + job.delay
+
+
+def _scopes(
+    queue: str, name: str, key: str | None
+) -> tuple[tuple[str, str | None, str | None], ...]:
+    """What a running job counts against: its queue, and with a key, the key in the queue's
+    limits and in its name's."""
+    if key is None:
+        return ((queue, None, None),)
+    return ((queue, None, None), (queue, None, key), (queue, name, key))
+
+
+def _rate_used(rate: Rate, tat: float | None, now: float) -> float:
+    """How much of a rate's burst is taken at ``now``: 0 idle, 1 the next start waits."""
+    if tat is None or tat <= now:
+        return 0.0
+    return min(1.0, (tat - now) / (rate.burst * rate.interval))
+
+
+def _search_matches(rec: JobRecord, p: JobsSearchParams) -> bool:
+    """Whether a walked job passes the filters that are checked on each job."""
+    return (
+        (p.name is None or rec.name == p.name)
+        and (p.idempotency_key is None or rec.idempotency_key == p.idempotency_key)
+        and (p.contains is None or p.contains in rec.payload)
+        and (p.error_contains is None or p.error_contains in (rec.error or ""))
+    )
 
 
 def _same_ticks(old: Schedule, new: Schedule) -> bool:

@@ -97,6 +97,14 @@ def build(
     async def login_post(request: Request) -> Response:
         return await login(site, request)
 
+    from . import metrics
+
+    registry = metrics.registry_for(app)  # this process's counters and the store's gauges
+
+    def metrics_page(site: Site, request: Request) -> Response:
+        body, content_type = metrics.render(registry)
+        return Response(body, headers={"content-type": content_type})
+
     routes = [
         get("/", _pages.overview, "overview"),
         get("/jobs", _pages.jobs, "jobs"),
@@ -106,6 +114,7 @@ def build(
         get("/workers", _pages.workers, "workers"),
         get("/schedules", _pages.schedules, "schedules"),
         get("/enqueue", _pages.enqueue, "enqueue"),
+        get("/metrics", metrics_page, "metrics"),
         get("/login", login_page, "login_page"),
         Route("/login", login_post, methods=["POST"], name="login"),
         Route("/logout", logout, methods=["POST"], name="logout"),

@@ -9,6 +9,8 @@
 - CSRF: every POST carries the ``csrf`` field, equal to this browser's ``jobyard_csrf`` cookie (a
   random value set on its first visit, SameSite=Strict: another site can neither read nor send
   it), and an ``Origin`` header, when the browser sends one, naming this host.
+- Behind an application's own login (no token), that application may name the user in the
+  ASGI scope (``"jobyard.user"``): the actions' log lines and ``cancelled_by`` carry it.
 - Every response carries a strict Content-Security-Policy (no inline script or style), and
   pages are never framed or cached.
 """
@@ -47,6 +49,9 @@ SECURITY_HEADERS = (
 OPEN_PATHS = ("/static/", "/login", "/favicon.ico")  # served to anyone who reaches the server
 ADMIN = "admin"
 READ = "read"
+# Where an application that serves the dashboard behind its own login names the signed-in
+# user (ASGI scope key); read only when the dashboard itself requires no token.
+EMBEDDER_USER = "jobyard.user"
 
 
 def session_value(token: str) -> str:
@@ -150,6 +155,7 @@ class Guard:
             extra.append(
                 (b"set-cookie", cookie_header(CSRF_COOKIE, csrf, root, secure=secure, max_age=None))
             )
+        access = self.access
         role, who = self._identify(headers, cookies)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         if role is None and "token" in query and scope["method"] == "GET":
@@ -204,6 +210,10 @@ class Guard:
                 return
             receive = _replay(body, receive)
         scope["jobyard.role"] = role
+        if access.open and isinstance(scope.get(EMBEDDER_USER), str):
+            # Mounted behind an application's own login (jobyard.django, a FastAPI route):
+            # that application names the user, for the log and for cancelled_by.
+            who = f"{scope[EMBEDDER_USER]} (signed in to the application)"
         scope["jobyard.who"] = who
         scope["jobyard.csrf"] = csrf
         scope["jobyard.secure"] = secure

@@ -234,12 +234,10 @@ def dead_confirm(site: Site, request: Request) -> Response:
     if action not in ("retry", "purge"):
         raise ConfigurationError("the action must be retry or purge")
     flt = _dead_filter(request.query_params)
-    if action == "purge" and (flt.name or flt.error_line is not None or flt.contains):
-        raise ConfigurationError(
-            "purging by name or error is not possible yet: filter the dead letter by queue only"
-        )
     count = _data.dead_count(site.app, flt)
-    return site.render(request, "confirm.html", "dead", action=action, flt=flt, count=count)
+    return site.render(
+        request, "confirm.html", "dead", action=action, flt=flt, count=count.n, exact=count.exact
+    )
 
 
 def workers(site: Site, request: Request) -> Response:

@@ -7,18 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import inspect
 import logging
 import math
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from .._codec import CorruptPayload, decode_payload, decode_result, encode_result
 from ..backends.base import (
     Backend,
     ClaimedJob,
+    EntryVerdict,
     JobsAckParams,
     JobsListParams,
     Outcome,
@@ -27,6 +29,7 @@ from ..backends.base import (
     bounded_delay,
 )
 from ..errors import Drop, JobyardError, Retry
+from ..events import Events, Finished, Started
 from ..hooks import Hooks, JobEvent, JobOutcome
 from ..job import DELIVERIES, JobFunction
 from ..retry import Backoff
@@ -67,6 +70,8 @@ class JobContext:
     # Why jobyard (not the handler) failed this attempt: a timeout, a result JSON cannot hold.
     # ``testing.drain(raise_errors=True)`` raises it.
     _failure: BaseException | None = field(default=None, repr=False)
+    # What the handler raised, if it did (a span records it).
+    _raised: BaseException | None = field(default=None, repr=False)
 
     @property
     def id(self) -> str:
@@ -136,6 +141,29 @@ class Call:
     # A workflow step's feed (``jobyard.workflow``): its first argument is still to be read
     # from its inputs' results (``Pipeline.fill``).
     feed: Any = None
+    # The producer's trace context the job carries (``jobyard._otel``), else None.
+    trace: Any = None
+    # The workflow the job is a step of, else None.
+    workflow: str | None = None
+
+
+class Span(Protocol):
+    """One attempt's span (``jobyard._otel``): entered before the handler, ended after."""
+
+    def __enter__(self) -> object: ...
+
+    def ended(self, ctx: JobContext, outcome: Outcome) -> None:
+        """Record the outcome (the exception the handler raised) and end the span."""
+        ...
+
+
+class Tracing(Protocol):
+    """Makes each attempt's span, the child of the trace context its job carries."""
+
+    def attempt(self, job: ClaimedJob, carrier: Any) -> Span | None: ...
+
+
+Finish = Callable[[Outcome, "float | None"], None]
 
 
 def record_fault(job: ClaimedJob) -> str | None:
@@ -188,7 +216,15 @@ def resolve(job: ClaimedJob, registry: dict[str, JobFunction[Any, Any]]) -> Call
     except CorruptPayload as exc:
         # Retrying cannot mend a corrupt row: fail it now, with the reason.
         return Outcome(job.id, job.token, "failed", error=f"corrupt payload: {exc}")
-    return Call(jf.func, jf.is_async, payload.args, payload.kwargs, payload.feed)
+    return Call(
+        jf.func,
+        jf.is_async,
+        payload.args,
+        payload.kwargs,
+        payload.feed,
+        payload.trace,
+        payload.workflow,
+    )
 
 
 def succeed(ctx: JobContext, value: Any) -> Outcome:
@@ -254,6 +290,7 @@ def run_sync(ctx: JobContext, call: Call) -> Outcome:
     try:
         value = call.func(*call.args, **call.kwargs)
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
+        ctx._raised = exc
         return stopped(ctx, exc)
     finally:
         _current.reset(token)
@@ -275,6 +312,7 @@ async def run_async(ctx: JobContext, call: Call) -> Outcome:
             async with asyncio.timeout(ctx.job.timeout) as deadline:
                 value = await call.func(*call.args, **call.kwargs)
     except TimeoutError as exc:
+        ctx._raised = exc
         if deadline is not None and deadline.expired():
             ctx._failure = timeout_error(ctx.job)
             return timed_out(ctx.job)
@@ -286,8 +324,10 @@ async def run_async(ctx: JobContext, call: Call) -> Outcome:
                 task.uncancel()  # handled here: the job's outcome, not the task's end
                 return cancelled(ctx.job, "the async handler was cancelled")
             raise  # the worker cancelled it
+        ctx._raised = exc
         return stopped(ctx, exc)
     except BaseException as exc:  # noqa: BLE001 - every failure of user code is an outcome
+        ctx._raised = exc
         return stopped(ctx, exc)
     finally:
         _current.reset(token)
@@ -357,6 +397,42 @@ def _summary(error: str | None) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _workflow_of(job: ClaimedJob) -> str | None:
+    """The workflow id a step's payload names (read only for a step: most jobs are none)."""
+    if '"wf":' not in job.payload:
+        return None
+    try:
+        return decode_payload(job.payload).workflow
+    except CorruptPayload:
+        return None
+
+
+def job_fields(
+    job: ClaimedJob,
+    worker_id: str,
+    outcome: str | None,
+    seconds: float | None,
+    error: str | None,
+    workflow: str | None = None,
+) -> dict[str, Any]:
+    """A job line's fields for structured logs (``extra={"jobyard": ...}`` on the record;
+    ``jobyard._logjson`` writes them), built only when the line is logged."""
+    return {
+        "jobyard": {
+            "id": job.id,
+            "name": job.name,
+            "queue": job.queue,
+            "attempt": job.attempts,
+            "max_attempts": job.max_attempts,
+            "outcome": outcome,
+            "duration": None if seconds is None else round(seconds, 6),
+            "error": _summary(error) if error else None,
+            "worker_id": worker_id,
+            "workflow_id": workflow,
+        }
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Executed:
     """What :meth:`Pipeline.execute` did with one job: the ``outcome`` decided, what is ``left``
@@ -375,9 +451,14 @@ class Pipeline:
     ``prepare`` (find the handler, decode the payload, run ``before_job`` hooks) →
     ``perform_sync`` or ``perform_async`` (call it under its timeout, classify what happened) →
     ``settle`` (commit or roll back the handler's transaction with the outcome) → the caller
-    acknowledges what is left → ``record`` (one log line, ``after_job`` and ``on_dead`` hooks).
-    ``execute`` chains them in the calling thread. The worker runs the same steps across its
-    threads, since it acknowledges in batches and decides timeouts off the handler's thread.
+    acknowledges what is left → ``record`` (one log line, the ``Finished`` event, ``after_job``
+    and ``on_dead`` hooks).
+
+    Two runners chain them, the only places that order is written: :meth:`run_sync` on the
+    calling thread and :meth:`run_async` on an event loop. Each hands the outcome it reached to
+    a ``finish(outcome, seconds)`` of its caller's: the worker's marks the attempt settled and
+    queues it for the completer (it acknowledges in batches and decides timeouts off the
+    handler's thread); :meth:`execute`'s settles and records it at once.
     """
 
     def __init__(
@@ -386,11 +467,17 @@ class Pipeline:
         registry: dict[str, JobFunction[Any, Any]],
         hooks: Hooks,
         worker_id: str,
+        events: Events | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.backend = backend
         self.registry = registry
         self.hooks = hooks
         self.worker_id = worker_id
+        self.events = events if events is not None else Events()
+        # The OpenTelemetry seam (``jobyard._otel``): None unless the extra is installed and
+        # the App turned it on, and then each attempt runs in a span.
+        self.tracing = tracing
 
     def context(self, job: ClaimedJob) -> JobContext:
         """What the handler sees as ``current_job()``."""
@@ -446,6 +533,83 @@ class Pipeline:
         """Await an async handler; a cancellation the caller asked for propagates."""
         return await run_async(ctx, call)
 
+    def run_sync(
+        self,
+        ctx: JobContext,
+        finish: Finish,
+        begin: Callable[[], bool] | None = None,
+        wrap: Callable[[Call], Call] | None = None,
+        inline_async: bool = True,
+    ) -> float | None:
+        """The sync runner: unless ``begin()`` says the job may no longer start, prepare it
+        (and fill a workflow step), call the handler on this thread and hand the outcome to
+        ``finish(outcome, seconds)``; returns the seconds the handler ran (None: it did not).
+        An async handler runs here in a fresh event loop (``testing.drain``: a worker sends
+        those to :meth:`run_async`, and with ``inline_async`` False one that comes here is a
+        RuntimeError). ``wrap`` may replace the call about to be made."""
+        if begin is not None and not begin():
+            return None
+        prepared = self.prepare_here(ctx)
+        if isinstance(prepared, Outcome):
+            finish(prepared, None)
+            return None
+        if prepared.is_async and not inline_async:
+            raise RuntimeError("an async handler was registered after the worker started")
+        if wrap is not None:
+            prepared = wrap(prepared)
+        if self.events.active:
+            self._started(ctx.job)
+        span = None if self.tracing is None else self.tracing.attempt(ctx.job, prepared.trace)
+        t0 = time.monotonic()
+        if span is not None:
+            span.__enter__()
+        try:
+            if prepared.is_async:
+                outcome = asyncio.run(self.perform_async(ctx, prepared))
+            else:
+                outcome = self.perform_sync(ctx, prepared)
+        finally:
+            seconds = time.monotonic() - t0
+        if span is not None:
+            span.ended(ctx, outcome)
+        finish(outcome, seconds)
+        return seconds
+
+    async def run_async(
+        self, ctx: JobContext, finish: Finish, begin: Callable[[], bool] | None = None
+    ) -> float | None:
+        """The async runner, on the event loop: :meth:`run_sync`'s steps, the workflow step's
+        reads and a handler's transaction settled on a thread (never blocking the loop). A
+        cancellation at shutdown or a worker bug inside the handler's await is its outcome."""
+        if begin is not None and not begin():
+            return None
+        prepared = self.prepare(ctx)
+        if isinstance(prepared, Call) and prepared.feed is not None:
+            prepared = await asyncio.to_thread(self.fill, ctx, prepared)
+        seconds = None
+        if isinstance(prepared, Outcome):
+            outcome = prepared
+        else:
+            if self.events.active:
+                self._started(ctx.job)
+            span = None if self.tracing is None else self.tracing.attempt(ctx.job, prepared.trace)
+            if span is not None:
+                span.__enter__()
+            t0 = time.monotonic()
+            try:
+                outcome = await self.perform_async(ctx, prepared)
+            except BaseException as exc:  # noqa: BLE001 - cancelled at shutdown, or a bug
+                ctx._raised = exc
+                outcome = classify(ctx.job, exc)
+            seconds = time.monotonic() - t0
+            if span is not None:
+                span.ended(ctx, outcome)
+        if ctx._connection is not None:  # its transaction is settled off the loop
+            await asyncio.to_thread(finish, outcome, seconds)
+        else:
+            finish(outcome, seconds)
+        return seconds
+
     def settle(self, ctx: JobContext, outcome: Outcome) -> Outcome | None:
         """Settle the handler's transaction, if it opened one; the outcome still to acknowledge
         the ordinary way, or None when the transaction recorded it. On the handler's thread."""
@@ -454,7 +618,8 @@ class Pipeline:
         return settle_transaction(self.backend, ctx.job, outcome, ctx._connection)
 
     def record(self, job: ClaimedJob, outcome: Outcome, seconds: float | None) -> None:
-        """One log line for the outcome (INFO for failures, DEBUG otherwise), then the hooks."""
+        """One log line for the outcome (INFO for failures, DEBUG otherwise), the ``Finished``
+        event, then the hooks."""
         word = outcome_name(job, outcome)
         level = logging.DEBUG if word in ("completed", "released") else logging.INFO
         if jobs_log.isEnabledFor(level):
@@ -471,6 +636,23 @@ class Pipeline:
                 word,
                 took,
                 why,
+                extra=job_fields(
+                    job, self.worker_id, word, seconds, outcome.error, _workflow_of(job)
+                ),
+            )
+        if self.events.active:
+            self.events.emit(
+                Finished(
+                    job.id,
+                    job.name,
+                    job.queue,
+                    job.attempts,
+                    job.max_attempts,
+                    self.worker_id,
+                    word,
+                    seconds,
+                    outcome.error,
+                )
             )
         if not self.hooks:
             return
@@ -482,9 +664,10 @@ class Pipeline:
                 self.hooks.run("on_dead", event)
 
     def execute(self, job: ClaimedJob, wrap: Callable[[Call], Call] | None = None) -> Executed:
-        """Every step but the acknowledgement, in this thread (an async handler runs in a
-        fresh event loop); returns what is left to acknowledge. ``wrap`` may replace the
-        call about to be made (``testing.drain`` uses it to keep the handler's exception).
+        """Every step but the acknowledgement, in this thread (:meth:`run_sync`; an async
+        handler runs in a fresh event loop); returns what is left to acknowledge. ``wrap`` may
+        replace the call about to be made (``testing.drain`` uses it to keep the handler's
+        exception).
 
         A sync handler's timeout is applied when it returns: no thread watches it here, and a
         thread cannot be killed (the worker cannot stop one either: it fails the attempt at
@@ -492,29 +675,34 @@ class Pipeline:
         worker ends it, the attempt failed with the worker's timeout error, whatever the
         handler returned or raised; a transaction it opened is rolled back."""
         ctx = self.context(job)
-        prepared = self.prepare_here(ctx)
-        seconds = None
-        if isinstance(prepared, Outcome):
-            outcome = prepared
-            if outcome.kind != "completed":  # no handler, a corrupt record, an input gone
-                reason = _summary(outcome.error)
-                ctx._failure = JobyardError(f"job {job.id} ({job.name}) did not run: {reason}")
-        else:
-            if wrap is not None:
-                prepared = wrap(prepared)
-            t0 = time.monotonic()
-            if prepared.is_async:
-                outcome = asyncio.run(self.perform_async(ctx, prepared))
-            else:
-                outcome = self.perform_sync(ctx, prepared)
-            seconds = time.monotonic() - t0
-            if not prepared.is_async and job.timeout is not None and seconds > job.timeout:
+        done: list[Executed] = []
+
+        def finish(outcome: Outcome, seconds: float | None) -> None:
+            if seconds is None:
+                if outcome.kind != "completed":  # no handler, a corrupt record, an input gone
+                    reason = _summary(outcome.error)
+                    ctx._failure = JobyardError(f"job {job.id} ({job.name}) did not run: {reason}")
+            elif job.timeout is not None and seconds > job.timeout and not self._is_async(job):
                 log.warning("job %s: timed out after %ss", job.id, job.timeout)
                 ctx._failure = timeout_error(job)
                 outcome = timed_out(job)
-        left = self.settle(ctx, outcome)
-        self.record(job, outcome, seconds)
-        return Executed(outcome, left, ctx._failure)
+            left = self.settle(ctx, outcome)
+            self.record(job, outcome, seconds)
+            done.append(Executed(outcome, left, ctx._failure))
+
+        self.run_sync(ctx, finish, wrap=wrap)
+        return done[0]
+
+    def _is_async(self, job: ClaimedJob) -> bool:
+        jf = self.registry.get(job.name)
+        return jf is not None and jf.is_async
+
+    def _started(self, job: ClaimedJob) -> None:
+        # An observation for the wait histogram, not a decision the store must agree with: this
+        # host's wall clock against the store's run_at (asking the store's clock would cost a
+        # round trip per job). Hosts whose clocks drift see the figures shifted by the drift.
+        waited = None if job.run_at is None else max(time.time() - job.run_at, 0.0)
+        self.events.emit(Started(job.id, job.name, job.queue, job.attempts, self.worker_id, waited))
 
     def _event(
         self,
@@ -539,3 +727,77 @@ class Pipeline:
             error=None if outcome is None else outcome.error,
             result=result,
         )
+
+
+# entries of foreign lists and streams ----------------------------------------------------------
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class EntryRunner:
+    """How the consumers of foreign Redis lists and streams run an entry (a
+    ``backends.base.EntryRunner``): the handler called (an async one to completion on this
+    thread), its return or exception classified as a job's would be (return: ack; ``Retry``
+    or any other exception: delivered again; ``Drop`` or an entry that cannot be read: dead),
+    and the entry's ``Started`` and ``Finished`` events emitted (``source`` "list" or
+    "stream", its queue the list's or stream's key, its name the handler's)."""
+
+    def __init__(self, events: Events, worker_id: str = "consumer") -> None:
+        self.events = events
+        self.worker_id = worker_id
+
+    def __call__(
+        self,
+        source: str,
+        key: str,
+        entry_id: str,
+        handler: Callable[[Any], Any],
+        decode: Callable[[], Any],
+    ) -> EntryVerdict:
+        name = getattr(handler, "__name__", None) or type(handler).__name__
+        try:
+            value = decode()
+        except (ValueError, KeyError) as exc:
+            reason = f"undecodable entry: {type(exc).__name__}: {exc}"
+            self._finished(source, key, entry_id, name, "failed", None, reason)
+            return EntryVerdict("drop", reason=reason)
+        if self.events.active:
+            self.events.emit(Started(entry_id, name, key, 1, self.worker_id))
+        t0 = time.monotonic()
+        try:
+            result = handler(value)
+            if inspect.isawaitable(result):  # an async handler: run it to completion here
+                result = asyncio.run(_awaited(result))
+        except Drop as d:
+            verdict = EntryVerdict("drop", reason=d.reason)
+            word, error = "failed", f"dropped: {d.reason}"
+        except Retry as r:
+            verdict = EntryVerdict("retry", delay=r.delay, reason=f"Retry({r.delay!r})")
+            word, error = "retry", f"retry requested: {r.reason}"
+        except Exception as exc:
+            on = f" on entry {entry_id}" if entry_id else ""
+            log.exception("%s %s: handler failed%s; delivered again", source, key, on)
+            verdict = EntryVerdict("retry", reason=f"{type(exc).__name__}: {exc}")
+            word, error = "retry", "".join(traceback.format_exception(exc))
+        else:
+            verdict = EntryVerdict("ack", result=result)
+            word, error = "completed", ""
+        self._finished(source, key, entry_id, name, word, time.monotonic() - t0, error or None)
+        return verdict
+
+    def _finished(
+        self,
+        source: str,
+        key: str,
+        entry_id: str,
+        name: str,
+        word: str,
+        seconds: float | None,
+        error: str | None,
+    ) -> None:
+        if self.events.active:
+            self.events.emit(
+                Finished(entry_id, name, key, 1, 1, self.worker_id, word, seconds, error, source)
+            )

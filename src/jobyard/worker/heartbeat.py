@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..backends.base import Backend, LeasesRenewParams, Progress
+from ..events import Events, LeaseLost
 from ._held import Running
 
 log = logging.getLogger("jobyard.worker")
@@ -72,6 +73,7 @@ def renew(
     running: Mapping[tuple[str, str], Running],
     lock: threading.Lock,
     now: float,
+    events: Events | None = None,
 ) -> list[tuple[str, str]]:
     """Renew the leases due in one round trip, with the fresh progress; mark the ones the store
     says are lost (their outcome will be refused). Returns the (id, token) of the renewed jobs
@@ -109,4 +111,7 @@ def renew(
             run.job.id,
             run.job.attempts,
         )
+        if events is not None and events.active:
+            job = run.job
+            events.emit(LeaseLost(job.id, job.name, job.queue, job.attempts, "renew"))
     return [(job_id, sent[job_id]) for job_id in renewed.cancel_requested if job_id in sent]

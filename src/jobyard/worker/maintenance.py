@@ -15,11 +15,14 @@ from ..backends.base import (
     JobsExpireParams,
     JobsPurgeParams,
     LeasesReapParams,
-    StatsParams,
+    QueuesNamesParams,
     StoreTidyParams,
     WorkerInfo,
     WorkersBeatParams,
+    as_expiring,
+    as_tidying,
 )
+from ..events import Events, Reaped
 from . import recurring
 
 log = logging.getLogger("jobyard.worker")
@@ -75,8 +78,10 @@ class Maintenance:
         retention: float | None,
         schedules: bool = False,
         tidy: StoreTidyParams | None = StoreTidyParams(),  # noqa: B008 - frozen, shared safely
+        events: Events | None = None,
     ) -> None:
         self.backend = backend
+        self.events = events if events is not None else Events()
         self.info = info
         self.retention = retention
         self.schedules = schedules
@@ -87,7 +92,11 @@ class Maintenance:
         self._every = max(round(BEAT_EVERY / interval), 1)  # register about every 5 s
         # A worker silent for GONE_MARGIN beats is shown as gone and dropped from the registry.
         self.forget_after = max(self._every * interval * GONE_MARGIN, MIN_FORGET_AFTER)
-        self.tidy_params = tidy
+        # Optional duties (base.py): only a store with a retention of its own expires jobs, only
+        # one with dead rows is tidied; the others are never called for nothing.
+        self.expiring = as_expiring(backend)
+        self.tidying = as_tidying(backend)
+        self.tidy_params = tidy if self.tidying is not None else None
         self.tidier = Ticker("jobyard-tidy", interval, self.tidy)
 
     def start(self) -> None:
@@ -117,11 +126,14 @@ class Maintenance:
                 job.id,
                 job.status,
             )
-        expired = self.backend.jobs_expire(JobsExpireParams())
-        if expired:
-            log.debug("retention: %d jobs expired", expired)
+            if self.events.active:
+                self.events.emit(Reaped(job.id, job.name, job.queue, job.status))
+        if self.expiring is not None:
+            expired = self.expiring.jobs_expire(JobsExpireParams())
+            if expired:
+                log.debug("retention: %d jobs expired", expired)
         if self.schedules:
-            recurring.tick(self.backend)
+            recurring.tick(self.backend, self.events)
         self._beats += 1
         if self._beats % self._every == 0:
             self.backend.workers_beat(WorkersBeatParams(self.info, forget_after=self.forget_after))
@@ -134,7 +146,7 @@ class Maintenance:
         plan: list[tuple[str | None, float]] = sorted(own.items())
         if self.retention is not None:
             if own:
-                names = {s.queue for s in self.backend.stats_get(StatsParams())}
+                names = set(self.backend.queues_names(QueuesNamesParams(("completed",))))
                 plan += [(q, self.retention) for q in sorted(names - set(own))]
             else:
                 plan.append((None, self.retention))  # every queue in one statement
@@ -147,7 +159,7 @@ class Maintenance:
 
     def tidy(self) -> None:
         """Keep the store's hot tables small (a vacuum when they pass the threshold)."""
-        if self.tidy_params is None:
+        if self.tidy_params is None or self.tidying is None:
             return
-        for line in self.backend.store_tidy(self.tidy_params):
+        for line in self.tidying.store_tidy(self.tidy_params):
             log.info("store: %s", line)

@@ -9,13 +9,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from ..backends.base import Backend, ClaimedJob, JobsClaimParams
+from ..backends.base import Backend, Claimed, ClaimedJob, JobsClaimParams, JobsWakeParams
 
 log = logging.getLogger("jobyard.worker")
 # Seconds the producer sleeps after handing a woken claim's jobs to idle handler threads: its
 # next claim is Python work holding the GIL, which the thread just woken for the first job would
 # otherwise wait for (measured: 0.27 -> 0.13 ms from claimed to handler start, idle, Redis).
 HAND_OFF = 50e-6
+# The shortest wait before a claim a rate limit will admit (Claimed.next_open): a claim that
+# waits (JobsClaimParams.wait > 0) rather than one in a tight loop.
+MIN_WAIT = 0.001
 
 
 class IdleClaim:
@@ -26,7 +29,7 @@ class IdleClaim:
 
     def __init__(self, params: JobsClaimParams) -> None:
         self.params = params
-        self.jobs: list[ClaimedJob] = []
+        self.jobs: Claimed = Claimed()
         self.error: Exception | None = None
         self.done = threading.Event()
 
@@ -73,6 +76,11 @@ class Producer:
         self._stop.set()
         self.slot_freed.set()
         if self._thread is not None:
+            try:
+                # A waiting claim (here, or an idle handler thread's) would sleep out its wait.
+                self.backend.jobs_wake(JobsWakeParams(self.worker_id, self.queues))
+            except Exception as exc:  # noqa: BLE001 - then the wait ends by its timeout
+                log.warning("could not wake the waiting claim: %s: %s", type(exc).__name__, exc)
             self._thread.join(timeout)
             self._thread = None
 
@@ -116,6 +124,11 @@ class Producer:
             # waits for a push signal instead of paying a round trip to find nothing. All of
             # them: there may be more, claim again at once.
             wait = 0.0 if len(jobs) == free else self.poll_interval
+            # A rate limit held jobs back: claim again when it opens, not a poll later (and the
+            # jobs stay pending meanwhile: nothing here sleeps holding one).
+            opens = getattr(jobs, "next_open", None)
+            if opens is not None and wait:
+                wait = min(wait, max(opens, MIN_WAIT))
             if jobs and idle is None:
                 self.dispatch(jobs)
                 if params.wait:

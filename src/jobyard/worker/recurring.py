@@ -25,6 +25,7 @@ from ..backends.base import (
 )
 from ..cron import CATCH_UP_MAX, next_run, plan
 from ..errors import QueueFull
+from ..events import Enqueued, Events, WorkerNote
 
 log = logging.getLogger("jobyard.cron")
 
@@ -36,7 +37,7 @@ def sync(backend: Backend, schedules: Iterable[Schedule]) -> None:
     backend.schedules_sync(SchedulesSyncParams(ready))
 
 
-def tick(backend: Backend) -> list[str]:
+def tick(backend: Backend, events: Events | None = None) -> list[str]:
     """Fire every due tick of every active schedule; the names of those this call fired, once
     per tick fired (a tick whose job's own key was held fires, and makes no new job)."""
     now = backend.clock_now()
@@ -47,6 +48,8 @@ def tick(backend: Backend) -> list[str]:
             if todo.skip is not None:
                 if backend.schedules_skip(SchedulesSkipParams(sched.name, *todo.skip)):
                     log.info("schedule %s: missed ticks dropped (catch_up=none)", sched.name)
+                    if events is not None and events.active:
+                        events.emit(WorkerNote("tick_skipped", 1, sched.name))
                 continue
             for fire_at, next_at in todo.fires:
                 params = SchedulesFireParams(
@@ -57,6 +60,10 @@ def tick(backend: Backend) -> list[str]:
                     break  # another worker fired it, and goes on from there
                 log.info("schedule %s fired job %s", sched.name, inserted.id)
                 fired.append(sched.name)
+                if events is not None and events.active:
+                    events.emit(WorkerNote("tick_fired", 1, sched.name))
+                    if inserted.created:
+                        events.emit(Enqueued([(sched.job.name, sched.job.queue)]))
             else:
                 if todo.dropped:
                     log.warning(

@@ -1,12 +1,20 @@
 """``jobyard worker --processes N``: N worker processes, each its own process group, supervised
 by this one: a child that dies is replaced (a child that keeps dying, at most every few seconds),
-and SIGINT/SIGTERM are passed on once."""
+and SIGINT/SIGTERM are passed on once.
+
+With ``--metrics-port``, the supervisor serves the metrics, summed over its children: each child
+writes a snapshot of its counters (``app.metrics()``) to a file of its own in a private folder
+about once a second and when it stops, and a scrape adds the files up (a child that died keeps
+its last snapshot, so the sums never go down when it is replaced; one killed outright loses at
+most its last second). The store's gauges are read by the supervisor itself, once per scrape."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from types import FrameType
@@ -17,14 +25,51 @@ from ._cpu import pick_cpu
 log = logging.getLogger("jobyard.worker")
 EXIT_BAD_INPUT = 2  # a child that cannot load its app or store settings: do not respawn it
 ORPHAN_CHECK = 0.5  # seconds between a child's looks at whether its supervisor still lives
+SNAPSHOT_EVERY = 1.0  # seconds between a child's metrics snapshots
 
 
 def run_processes(
-    app_ref: str, processes: int, log_level: str = "INFO", pin: bool = False, **options: Any
+    app_ref: str,
+    processes: int,
+    log_level: str = "INFO",
+    pin: bool = False,
+    log_format: str = "text",
+    metrics: tuple[str, int] | None = None,
+    app: Any = None,
+    **options: Any,
 ) -> int:
     """Run ``processes`` worker processes of ``app_ref`` and supervise them: a child that dies is
     replaced, SIGINT/SIGTERM are passed on (a second one too). With ``pin``, child i runs on the
-    i-th allowed CPU, round robin (its replacement too). Returns the exit status."""
+    i-th allowed CPU, round robin (its replacement too). ``metrics`` (host, port): serve the
+    children's summed metrics there, and ``app``'s store gauges. Returns the exit status."""
+    folder = None if metrics is None else tempfile.mkdtemp(prefix="jobyard-metrics-")
+    try:
+        if metrics is not None and folder is not None and app is not None:
+            _serve_summed(app, folder, *metrics)
+        return _supervise(app_ref, processes, log_level, pin, log_format, folder, options)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve_summed(app: Any, folder: str, host: str, port: int) -> None:
+    from .._tally import read_snapshots
+    from ..web import metrics
+
+    registry = metrics.registry_for(app, lambda: read_snapshots(folder))
+    metrics.serve(registry, port, host)
+    log.info("metrics on http://%s:%d/metrics (summed over the worker processes)", host, port)
+
+
+def _supervise(
+    app_ref: str,
+    processes: int,
+    log_level: str,
+    pin: bool,
+    log_format: str,
+    folder: str | None,
+    options: dict[str, Any],
+) -> int:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -35,7 +80,9 @@ def run_processes(
     def spawn(i: int) -> Any:
         own = {**options, "cpu": pick_cpu(i)} if pin else options
         p = ctx.Process(
-            target=_child_main, args=(app_ref, log_level, own, os.getpid()), daemon=False
+            target=_child_main,
+            args=(app_ref, log_level, own, os.getpid(), log_format, folder),
+            daemon=False,
         )
         p.start()
         if stopping.is_set() and p.pid is not None:  # a signal came while it was starting
@@ -75,8 +122,17 @@ def run_processes(
         time.sleep(0.2)
 
 
-def _child_main(app_ref: str, log_level: str, options: dict[str, Any], supervisor: int) -> None:
+def _child_main(
+    app_ref: str,
+    log_level: str,
+    options: dict[str, Any],
+    supervisor: int,
+    log_format: str = "text",
+    metrics_folder: str | None = None,
+) -> None:
+    from .._logjson import configure
     from .._secrets import scrub
+    from .._tally import write_snapshot
     from ..app import load_app
     from ..backends import mask_url
     from ..errors import JobyardError
@@ -85,7 +141,7 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any], superviso
     # on once; in the group it would reach each child twice, and a second signal means "now".
     os.setpgrp()
     _stop_when_orphaned(supervisor)  # its pid from the supervisor: it may be gone already
-    logging.basicConfig(level=log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure(log_level, log_format)
     try:
         app = load_app(app_ref)
     except JobyardError as exc:
@@ -108,7 +164,29 @@ def _child_main(app_ref: str, log_level: str, options: dict[str, Any], superviso
             )
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
-    app.run_worker(**options)
+    if metrics_folder is None:
+        app.run_worker(**options)
+        return
+    app.metrics()  # counting starts before the first job
+    done = threading.Event()
+
+    def snapshots() -> None:
+        while not done.wait(SNAPSHOT_EVERY):
+            _write_quietly(write_snapshot, app, metrics_folder)
+
+    threading.Thread(target=snapshots, name="jobyard-metrics-snapshot", daemon=True).start()
+    try:
+        app.run_worker(**options)
+    finally:
+        done.set()
+        _write_quietly(write_snapshot, app, metrics_folder)
+
+
+def _write_quietly(write: Any, app: Any, folder: str) -> None:
+    try:
+        write(app.metrics(), folder)
+    except OSError as exc:  # the supervisor removed the folder: it is stopping
+        log.debug("metrics snapshot not written: %s", exc)
 
 
 def _stop_when_orphaned(supervisor: int) -> None:

@@ -9,6 +9,9 @@ Threads of one worker process:
 - the heartbeat renews leases, enforces timeouts and hands back buffered jobs that waited too
   long (``heartbeat.py``); maintenance reaps lapsed leases (``maintenance.py``).
 ``--processes`` runs several of these under a supervisor (``supervisor.py``).
+What it holds, from claim to acknowledgement, is in its ledger (``ledger.py``); a job's steps
+are the pipeline's runners (``executor.Pipeline.run_sync`` / ``run_async``); what its parts do
+is told on the App's event bus (``jobyard.events``), free while nobody listens.
 Only the handler threads run user code; every store call is made by the others, but for that
 idle claim (made before the handler runs, never during it).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import queue
@@ -34,12 +38,15 @@ from ..backends.base import (
     Backend,
     ClaimedJob,
     Consumer,
+    JobLimits,
     JobsAckParams,
     JobsClaimParams,
+    LimitsSyncParams,
     Outcome,
     Schedule,
     WorkerInfo,
 )
+from ..events import Acked, Claimed, Events, LeaseLost, WorkerNote
 from ..hooks import Hooks
 from ..job import JobFunction, check_name
 from . import executor, heartbeat, recurring
@@ -47,6 +54,7 @@ from ._cpu import check_cpu, pin_process
 from ._held import Running
 from ._slots import HOLD, Pace
 from .completer import Completer
+from .ledger import Ledger
 from .maintenance import Maintenance, Ticker
 from .producer import IdleClaim, Producer
 
@@ -85,6 +93,8 @@ class Worker:
         retention: float | None = None,
         worker_id: str | None = None,
         cpu: int | None = None,
+        events: Events | None = None,
+        tracing: executor.Tracing | None = None,
     ) -> None:
         handlers = list(registry.values())
         all_async = bool(handlers) and all(jf.is_async for jf in handlers)
@@ -120,15 +130,12 @@ class Worker:
         self.claims = 0  # claim round trips that brought jobs
         self.claimed = 0  # jobs they brought
         self.handed_back = 0  # buffered jobs handed back unstarted (see _slots.py)
-        self._lock = threading.Lock()
-        # Every attempt held, by (id, token): after a stall this worker may claim a job again
-        # while it still holds the attempt whose lease lapsed, and a reply about one attempt (a
-        # lost lease, a refused outcome) must never be applied to the other.
-        self._running: dict[tuple[str, str], Running] = {}
-        self._held = 0  # jobs handed to a thread or task and not yet returned from it
-        self._open = 0  # jobs with no outcome decided yet
+        # Every attempt held, from claim to acknowledgement, and the counts claims are paced
+        # by (``ledger.py``); its lock is the worker's lock.
+        self.ledger = Ledger()
+        self._lock = self.ledger.lock
         self._slot_freed = threading.Event()
-        self._idle = threading.Condition(self._lock)
+        self.events = events if events is not None else Events()
         self._halt = threading.Event()  # the worker is stopped for good: give up store retries
         self._stop_requested = threading.Event()
         self._force = threading.Event()
@@ -140,7 +147,9 @@ class Worker:
         # At most ``concurrency`` async handlers run at once: the buffer's jobs are tasks too,
         # and wait here (unstarted, so still handed back) for a slot. Made on the loop.
         self._async_slots: asyncio.Semaphore | None = None
-        self.pipeline = executor.Pipeline(self.backend, registry, hooks or Hooks(), self.id)
+        self.pipeline = executor.Pipeline(
+            self.backend, registry, hooks or Hooks(), self.id, self.events, tracing
+        )
         self.producer = Producer(
             self.backend,
             self.id,
@@ -155,7 +164,12 @@ class Worker:
         self.completer = Completer(self.backend, self._on_acked, self._halt)
         self.heartbeat = Ticker("jobyard-heartbeat", 0.05, self._heartbeat)
         self.maintenance = Maintenance(
-            self.backend, self.info, reap_interval, retention, schedules=bool(schedules)
+            self.backend,
+            self.info,
+            reap_interval,
+            retention,
+            schedules=bool(schedules),
+            events=self.events,
         )
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -184,6 +198,11 @@ class Worker:
         self.maintenance.info = self.info
         if self.schedules:
             recurring.sync(self.backend, self.schedules)
+        # The limits of the jobs this worker runs, so that every worker and every producer is
+        # held by them (empty ones too: a limit removed from the code leaves the store).
+        jobs = self.registry.values()
+        declared = [jf.opts.limits or JobLimits(jf.opts.queue, jf.name) for jf in jobs]
+        self.backend.limits_sync(LimitsSyncParams(declared))
         self.completer.start()
         self.heartbeat.start()
         self.maintenance.start()
@@ -203,19 +222,15 @@ class Worker:
         if self._stopped or not self._started:
             return
         self._stopped = True
+        with self._lock:
+            self.ledger.stopping = True
         grace = self.grace if grace is None else grace
         # A claim in flight finishes first; what it brings back is released at once (_dispatch).
         self.producer.stop(timeout=grace + 30.0)
         self._release_unsettled(started=False)  # buffered jobs go back now, not after the grace
         for consumer in self.consumers:
             consumer.stop(grace)
-        deadline = time.monotonic() + grace
-        with self._idle:
-            while self._open and not self._force.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._idle.wait(min(left, 0.1))
+        self.ledger.wait_open(time.monotonic() + grace, self._force)
         self._release_unsettled()
         for _ in self._threads:
             self._tasks.put(None)
@@ -269,12 +284,13 @@ class Worker:
 
     def _wanted_locked(self) -> int:
         """Jobs worth claiming now (0 when a claim would be too small to pay its round trip)."""
-        if self._stopped or len(self._running) - self._open > self._backlog:
+        ledger = self.ledger
+        if self._stopped or len(ledger.running) - ledger.open > self._backlog:
             return 0
         pace = self.pace
-        # _held counts jobs handed to a thread or task and not returned (buffered, running, or
-        # timed out but still on their thread); _open counts those with no outcome yet.
-        room = self.concurrency + pace.buffer() - max(self._held, self._open)
+        # held counts jobs handed to a thread or task and not returned (buffered, running, or
+        # timed out but still on their thread); open counts those with no outcome yet.
+        room = self.concurrency + pace.buffer() - max(ledger.held, ledger.open)
         return room if room >= pace.threshold() else 0
 
     def _wanted(self) -> int:
@@ -287,12 +303,14 @@ class Worker:
                 self.pace.claimed(seconds)
             self.claims += 1
             self.claimed += count
+        if self.events.active:
+            self.events.emit(Claimed(self.id, count))
 
     def _delegate(self, params: JobsClaimParams) -> IdleClaim | None:
         """The producer's waiting claim, handed to a handler thread while every one is idle
         (see :class:`IdleClaim`); None while any holds a job."""
         with self._lock:
-            if self._held or self._stopped or not self._threads:
+            if self.ledger.held or self._stopped or not self._threads:
                 return None
             idle = IdleClaim(params)
             self._tasks.put(idle)
@@ -321,19 +339,15 @@ class Worker:
             back = [Outcome(j.id, j.token, "release") for j in jobs]
             with contextlib.suppress(Exception):
                 self.backend.jobs_ack(JobsAckParams(back))
+            if self.events.active:
+                self.events.emit(WorkerNote("handed_back", len(back)))
             return None
         registry = self.registry
         on_loop: list[Running] = []
         kept = None
         with self._lock:
-            for job in jobs:
-                ctx = self.pipeline.context(job)
-                run = Running(
-                    job, ctx, next_renew=now + job.lease / 3, renewed_at=now, claimed_at=now
-                )
-                self._running[job.id, job.token] = run
-                self._held += 1
-                self._open += 1
+            for run in self.ledger.add(jobs, self.pipeline.context, now):
+                job = run.job
                 jf = registry.get(job.name)
                 if jf is not None and jf.is_async and self._loop is not None:
                     on_loop.append(run)
@@ -349,7 +363,7 @@ class Worker:
     def _returned(self, seconds: float | None) -> None:
         """A thread or task is done with its job (its handler ran for ``seconds``)."""
         with self._lock:
-            self._held -= 1
+            self.ledger.held -= 1
             if seconds is not None:
                 self.pace.finished(seconds)
             wake = self._wanted_locked() > 0
@@ -375,32 +389,15 @@ class Worker:
             finally:
                 self._returned(seconds)
 
-    def _begin(self, run: Running, timed: bool) -> bool:
-        """Mark a job started unless it was settled while it waited (handed back, or released at
-        shutdown)."""
-        with self._lock:
-            if run.settled:
-                return False
-            run.started = True
-            if timed and run.job.timeout is not None:
-                run.deadline = time.monotonic() + run.job.timeout
-            return True
-
     def _execute(self, run: Running) -> float | None:
-        """Run one job on this thread; returns how long its handler took."""
-        if not self._begin(run, timed=True):
-            return None
-        prepared = self.pipeline.prepare_here(run.ctx)
-        if isinstance(prepared, Outcome):
-            self._settle_here(run, prepared, None)
-            return None
-        if prepared.is_async:
-            raise RuntimeError("an async handler was registered after the worker started")
-        t0 = time.monotonic()
-        outcome = self.pipeline.perform_sync(run.ctx, prepared)
-        seconds = time.monotonic() - t0
-        self._settle_here(run, outcome, seconds)
-        return seconds
+        """Run one job on this thread (the pipeline's sync runner); returns how long its
+        handler took."""
+        return self.pipeline.run_sync(
+            run.ctx,
+            functools.partial(self._settle_here, run),
+            functools.partial(self.ledger.begin, run, True),
+            inline_async=False,
+        )
 
     def _start_tasks(self, runs: list[Running]) -> None:
         """On the event loop: one task per async job, no thread each."""
@@ -418,46 +415,24 @@ class Worker:
     async def _execute_async_in_slot(self, run: Running) -> None:
         seconds = None
         try:
-            if not self._begin(run, timed=False):  # asyncio.timeout enforces the job's timeout
-                return
-            prepared = self.pipeline.prepare(run.ctx)
-            if isinstance(prepared, executor.Call) and prepared.feed is not None:
-                prepared = await asyncio.to_thread(self.pipeline.fill, run.ctx, prepared)
-            if isinstance(prepared, Outcome):
-                outcome = prepared
-            else:
-                t0 = time.monotonic()
-                try:
-                    outcome = await self.pipeline.perform_async(run.ctx, prepared)
-                except BaseException as exc:  # noqa: BLE001 - cancelled at shutdown, or a bug
-                    outcome = executor.classify(run.job, exc)
-                seconds = time.monotonic() - t0
-            if run.ctx._connection is not None:  # its transaction is settled off the loop
-                await asyncio.to_thread(self._settle_here, run, outcome, seconds)
-            else:
-                self._settle_here(run, outcome, seconds)
+            # The pipeline's async runner; asyncio.timeout enforces the job's timeout.
+            seconds = await self.pipeline.run_async(
+                run.ctx,
+                functools.partial(self._settle_here, run),
+                functools.partial(self.ledger.begin, run, False),
+            )
         except BaseException as exc:
             log.exception("job %s: internal error", run.job.id)
             self._settle_elsewhere(run, executor.classify(run.job, exc))
         finally:
             self._returned(seconds)
 
-    def _mark_settled(self, run: Running) -> bool:
-        """With the lock held: the first outcome decided for ``run`` wins; True if this is it."""
-        if run.settled:
-            return False
-        run.settled = True
-        self._open -= 1
-        if self._stopped:  # only stop() waits for the last outcomes (and it polls too)
-            self._idle.notify_all()
-        return True
-
     def _settle_here(self, run: Running, outcome: Outcome, seconds: float | None) -> None:
         """Record the outcome the handler's own thread reached. If the job was settled already
         (it timed out, or was released at shutdown), the late outcome is discarded and a
         transaction the handler opened is rolled back, here, on the thread that used it."""
         with self._lock:
-            first = self._mark_settled(run)
+            first = self.ledger.mark_settled(run)
         conn = run.ctx._connection
         if not first:
             if outcome.kind != "release":
@@ -476,7 +451,7 @@ class Worker:
         """Record an outcome decided off the handler's thread (a timeout, a shutdown release).
         Never touches the handler's connection: the handler may still be using it."""
         with self._lock:
-            if not self._mark_settled(run):
+            if not self.ledger.mark_settled(run):
                 return
         self.completer.put(outcome)
         self.pipeline.record(run.job, outcome, None)
@@ -485,30 +460,31 @@ class Worker:
         """The store settled ``outcomes`` (``refused``: those it turned down, their lease lost):
         either way this worker is done with those attempts, and only those."""
         with self._lock:
-            for o in outcomes:
-                self._running.pop((o.id, o.token), None)
-            self._idle.notify_all()
+            gone = self.ledger.forget(outcomes)
             wake = self._wanted_locked() > 0
         if wake:
             self._slot_freed.set()
-
-    def _hand_back_locked(self, runs: list[Running]) -> list[Outcome]:
-        """With the lock held: settle jobs that were claimed but never started as released
-        (back to pending now, the attempt uncounted). A thread that picks one up later skips it."""
-        back = []
-        for run in runs:
-            if not run.started and self._mark_settled(run):
-                back.append(Outcome(run.job.id, run.job.token, "release"))
-        return back
+        if self.events.active:
+            self.events.emit(Acked(len(outcomes), len(refused)))
+            if refused:
+                lost = {(o.id, o.token) for o in refused}
+                for run in gone:
+                    if (run.job.id, run.job.token) in lost:
+                        job = run.job
+                        self.events.emit(
+                            LeaseLost(job.id, job.name, job.queue, job.attempts, "ack")
+                        )
 
     def _release_unsettled(self, started: bool = True) -> None:
         """Release what has no outcome yet: every such job, or (``started`` False) only those
         still waiting for a slot."""
         with self._lock:
-            left = [r for r in self._running.values() if not r.settled]
-            back = self._hand_back_locked(left)
+            left = self.ledger.unsettled()
+            back = self.ledger.hand_back(left)
         for outcome in back:
             self.completer.put(outcome)
+        if back and self.events.active:
+            self.events.emit(WorkerNote("handed_back", len(back)))
         if not started:
             return
         for run in left:
@@ -533,8 +509,8 @@ class Worker:
         now = time.monotonic()
         hold = self.pace.hold if self.pace.adaptive else None
         with self._lock:
-            beat = heartbeat.scan(self._running.values(), now, hold)
-            back = self._hand_back_locked(beat.waited)
+            beat = heartbeat.scan(self.ledger.running.values(), now, hold)
+            back = self.ledger.hand_back(beat.waited)
             if back:
                 self.handed_back += len(back)
                 self.pace.handed_back()  # the jobs got slow: stop buffering until they are fast
@@ -542,12 +518,21 @@ class Worker:
             self.completer.put(outcome)
         if back:
             log.debug("handed back %d buffered jobs that waited over %.2fs", len(back), hold)
+            if self.events.active:
+                self.events.emit(WorkerNote("handed_back", len(back)))
         for run in beat.overdue:
             # A thread cannot be killed: the attempt fails now, the handler's thread keeps its
             # slot until the function returns, and what it returns then is discarded.
             log.warning("job %s: timed out after %ss", run.job.id, run.job.timeout)
             self._settle_elsewhere(run, executor.timed_out(run.job))
-        asked = heartbeat.renew(self.backend, self.id, beat, self._running, self._lock, now)
+        try:
+            asked = heartbeat.renew(
+                self.backend, self.id, beat, self.ledger.running, self._lock, now, self.events
+            )
+        except Exception:
+            if self.events.active:
+                self.events.emit(WorkerNote("renew_failed", len(beat.renew)))
+            raise
         if asked:
             self._cancel_requested(asked)
 
@@ -559,11 +544,11 @@ class Worker:
             runs = [
                 run
                 for key in keys
-                if (run := self._running.get(key)) is not None
+                if (run := self.ledger.running.get(key)) is not None
                 and not run.settled
                 and not run.ctx._cancel_requested
             ]
-            unstarted = [run for run in runs if not run.started and self._mark_settled(run)]
+            unstarted = [run for run in runs if not run.started and self.ledger.mark_settled(run)]
             for run in runs:
                 run.ctx._cancel_requested = True
         for run in unstarted:

@@ -106,7 +106,16 @@ def _int_param(name: str, value: str, low: int) -> int:
 
 
 def parse_url(url: str) -> Settings:
-    """Split a ``postgresql://`` (or ``postgres://``) URL into :class:`Settings`."""
+    """Split a ``postgresql://`` (or ``postgres://``) URL into :class:`Settings`. A refusal
+    never quotes the URL's credentials, even pieces of a password libpq split elsewhere (a
+    "port" that is the password's tail), whichever URLs this process remembered before."""
+    try:
+        return _parse_url(url)
+    except ConfigurationError as exc:
+        raise ConfigurationError(scrub(str(exc), url)) from None
+
+
+def _parse_url(url: str) -> Settings:
     parts = urlsplit(url)
     schema: str | None = None
     pool_min, pool_max = DEFAULT_POOL_MIN, DEFAULT_POOL_MAX

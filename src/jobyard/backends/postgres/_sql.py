@@ -19,12 +19,14 @@ class Queries:
     jobs_insert_lock: str
     jobs_insert: str
     jobs_insert_workflow: str
+    jobs_replace: str
     jobs_get: str
     jobs_list: str
     jobs_list_status: str
     jobs_list_workflow: str
     jobs_list_ids: str
     jobs_cancel: str
+    jobs_cancel_many: str
     jobs_retry: str
     purge_fence: str
     jobs_purge: str
@@ -35,9 +37,26 @@ class Queries:
     leases_reap: str
     queues_configure: str
     queues_list: str
+    job_limits_sync: str
+    job_limits_list: str
+    limits_scope_counts: str
+    limit_buckets_list: str
+    limit_buckets_forget: str
+    vacuum_limit_buckets: str
+    queues_names: str
     workers_beat: str
     workers_list: str
     stats_get: str
+    jobs_search: str
+    jobs_search_end: str
+    dead_groups: str
+    jobs_purge_ids: str
+    jobs_search_status: str
+    jobs_search_status_end: str
+    jobs_search_key: str
+    jobs_search_key_end: str
+    throughput_get: str
+    throughput_prune: str
     clock_now: str
     autovacuum_setting: str
     tidy_lock: str
@@ -48,6 +67,7 @@ class Queries:
     vacuum_jobs_running: str
     vacuum_job_keys: str
     vacuum_job_counts: str
+    vacuum_throughput: str
     vacuum_workers: str
     schedules_sync: str
     schedules_list: str

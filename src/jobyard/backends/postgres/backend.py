@@ -35,29 +35,52 @@ from psycopg_pool import ConnectionPool
 from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
-from .._stored import parse_numeric_id, readable, storable
+from .._stored import (
+    LIMIT_COLUMNS,
+    limit_columns,
+    limit_stats,
+    limits_from,
+    parse_numeric_id,
+    readable,
+    storable,
+)
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     LEASE_LOST_ERROR,
     STATUSES,
+    THROUGHPUT_KEEP,
+    Claimed,
     ClaimedJob,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
+    JobLimits,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -69,9 +92,12 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     bounded_delay,
+    sort_groups,
 )
 from . import _caller, _migrate
 from ._connect import Settings, is_dropped, open_pool, parse_url
@@ -118,13 +144,27 @@ def _ids(numbers: list[int] | None) -> tuple[str, ...]:
 
 
 def _record(row: Row) -> JobRecord:
-    # the last two columns are the workflow links: depends_on, dependents
-    values: list[Any] = [*row[1:-2], _ids(row[-2]), _ids(row[-1])]
+    # the last three columns: the workflow links (depends_on, dependents), the limit key
+    values: list[Any] = [*row[1:-3], _ids(row[-3]), _ids(row[-2]), row[-1]]
     rec = JobRecord(str(row[0]), *values)
     if rec.idempotency_key is None and rec.parent_id is None:
         return rec
     return dataclasses.replace(
         rec, idempotency_key=exact_out(rec.idempotency_key), parent_id=exact_out(rec.parent_id)
+    )
+
+
+def _queue_config(r: Row) -> QueueConfig:
+    """A row of ``queues_list``."""
+    return QueueConfig(
+        name=r[0],
+        max_concurrency=r[1],
+        max_attempts=r[2],
+        backoff=r[3],
+        max_pending=r[4],
+        paused=r[5],
+        retention=r[6],
+        limits=limits_from(r[7:14], r[14]),
     )
 
 
@@ -142,6 +182,7 @@ def _claimed(r: Row) -> ClaimedJob:
         token=r[9],
         delivery=r[10],
         parent_id=exact_out(r[11]),
+        run_at=None if r[13] is None else float(r[13]),
     )
 
 
@@ -319,6 +360,7 @@ class PostgresBackend:
             "leases": [float(j.lease) for j in jobs],
             "deliveries": [j.delivery for j in jobs],
             "parents": [exact_in(j.parent_id) for j in jobs],
+            "limit_keys": [j.key for j in jobs],  # checked by the core: plain UTF-8, no NUL
         }
         workflow = _workflow_args(jobs)
         if workflow is None:
@@ -347,7 +389,12 @@ class PostgresBackend:
         if conn is not None:
             steps = self._insert_steps(params.jobs)
             rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
-            return self._inserted(rows)
+            inserted = self._inserted(rows)
+            replace = self._replace_step(params.jobs, inserted)
+            if replace is None:
+                return inserted
+            done = _caller.run_sync(conn, [replace], self._caller_search_path(conn))
+            return self._replaced(inserted, params.jobs, done)
         key = ("insert", *sorted({j.queue for j in params.jobs}))
         try:
             if key not in self._limited:
@@ -365,7 +412,49 @@ class PostgresBackend:
             if full is not None:
                 raise full from None
             raise
-        return self._inserted(rows)
+        inserted = self._inserted(rows)
+        replace = self._replace_step(params.jobs, inserted)
+        if replace is None:
+            return inserted
+        query, args = replace
+        done = self._run(lambda c: self._fetch(c, query, dict(args or {})))
+        return self._replaced(inserted, params.jobs, done)
+
+    def _replace_step(
+        self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]
+    ) -> _caller.Step | None:
+        """jobs_replace for the jobs with ``on_conflict="replace"`` that found their key held
+        (None if there are none): the last such job of each holder gives it its payload."""
+        last: dict[str, NewJob] = {}
+        for job, got in zip(jobs, inserted, strict=True):
+            if job.on_conflict == "replace" and not got.created:
+                last.pop(got.id, None)
+                last[got.id] = job
+        if not last:
+            return None
+        return (
+            Q.jobs_replace,
+            {
+                "now": self.clock.now(),
+                "ids": [int(i) for i in last],
+                "payloads": [j.payload for j in last.values()],
+                "moved": [j.run_at is not None or j.delay != 0 for j in last.values()],
+                "run_ats": [None if j.run_at is None else float(j.run_at) for j in last.values()],
+                "delays": [float(j.delay) for j in last.values()],
+            },
+        )
+
+    @staticmethod
+    def _replaced(
+        inserted: list[Inserted], jobs: Sequence[NewJob], rows: Sequence[Row]
+    ) -> list[Inserted]:
+        done = {str(r[0]) for r in rows}
+        return [
+            Inserted(i.id, False, True)
+            if not i.created and j.on_conflict == "replace" and i.id in done
+            else i
+            for i, j in zip(inserted, jobs, strict=True)
+        ]
 
     async def jobs_insert_async(self, params: JobsInsertParams) -> list[Inserted]:
         """:meth:`jobs_insert` on the caller's psycopg ``AsyncConnection`` (the same
@@ -378,7 +467,12 @@ class PostgresBackend:
             return []
         steps = self._insert_steps(params.jobs)
         rows = await _caller.run_async(conn, steps, self._caller_search_path(conn))
-        return self._inserted(rows)
+        inserted = self._inserted(rows)
+        replace = self._replace_step(params.jobs, inserted)
+        if replace is None:
+            return inserted
+        done = await _caller.run_async(conn, [replace], self._caller_search_path(conn))
+        return self._replaced(inserted, params.jobs, done)
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that cannot be one)."""
@@ -411,6 +505,67 @@ class PostgresBackend:
             query = Q.jobs_list
         return [_record(r) for r in self._run(lambda c: self._fetch(c, query, args))]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (an id): the newest ``scan`` jobs below it walked by primary key
+        (one partition when a status is given; a key through jobs_key), filtered; then the
+        hits read by id (two statements, one round trip each)."""
+        p = params
+        before = None if p.before is None else parse_numeric_id(p.before)
+        if p.before is not None and before is None:
+            raise ValueError(f"invalid cursor {p.before!r}")
+        args = {
+            "before": 2**63 - 1 if before is None else before,
+            "queue": p.queue,
+            "status": p.status,
+            "name": p.name,
+            "key": exact_in(p.idempotency_key),
+            "contains": storable(p.contains),
+            "error_contains": storable(p.error_contains),
+            "limit": p.limit,
+            "scan": p.scan,
+        }
+        if p.idempotency_key is not None:
+            query, end = Q.jobs_search_key, Q.jobs_search_key_end
+        elif p.status is not None:
+            query, end = Q.jobs_search_status, Q.jobs_search_status_end
+        else:
+            query, end = Q.jobs_search, Q.jobs_search_end
+
+        def search(conn: Conn) -> tuple[list[int], Row, list[Row]]:
+            # Two round trips: the hits, then the walk's extent and the hits' records together.
+            hits = [int(r[0]) for r in self._fetch(conn, query, args)]
+            ends = {**args, "low": hits[-1] if len(hits) == p.limit else 0}
+            listed: dict[str, Any] = {"ids": hits, "limit": len(hits), "offset": 0}
+            listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
+            with conn.pipeline():
+                extent = conn.execute(end, ends, prepare=True)
+                found = conn.execute(Q.jobs_list_ids, listed, prepare=True) if hits else None
+            return hits, extent.fetchall()[0], [] if found is None else found.fetchall()
+
+        hits, (scanned, low), rows = self._run(search)
+        records = [_record(r) for r in rows]
+        scanned = int(scanned)
+        if len(hits) == p.limit:
+            cursor: str | None = str(hits[-1])
+        else:
+            cursor = str(low) if scanned == p.scan else None
+        return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs grouped in one statement (the failed partition's
+        primary key backwards; each error's tail only)."""
+        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        rows = self._run(lambda c: self._fetch(c, Q.dead_groups, args))
+        groups = [
+            DeadGroup(
+                r[0], r[1], r[2] or "", int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6])
+            )
+            for r in rows
+        ]
+        walked = int(rows[0][7]) if rows else 0
+        scanned = min(walked, params.scan)
+        return DeadGroups(sort_groups(groups), scanned, walked <= params.scan)
+
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Cancel a waiting or pending job, or record a request on a running one. Raise
         JobNotFound, or InvalidTransition if it is finished."""
@@ -431,6 +586,21 @@ class PostgresBackend:
         if not done:
             raise InvalidTransition.cannot_cancel(job_id, rec.status)
         return rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs in one statement; the refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {
+            "now": self.clock.now(),
+            "ids": list(keys),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel_many, args))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
@@ -455,27 +625,35 @@ class PostgresBackend:
         downstream of a failed or cancelled job."""
         if not params.statuses:
             return Purged()
-        args = {
+        args: dict[str, Any] = {
             "now": self.clock.now(),
             "statuses": sorted(set(params.statuses)),
             "older_than": float(params.older_than),
             "queue": params.queue,
+            "ids": None,
         }
-        steps: list[_caller.Step] = [(Q.purge_fence, None), (Q.jobs_purge, args)]
+        query = Q.jobs_purge
+        if params.ids is not None:
+            args["ids"] = [n for i in params.ids if (n := parse_numeric_id(i)) is not None]
+            if not args["ids"]:
+                return Purged()
+            query = Q.jobs_purge_ids
+        steps: list[_caller.Step] = [(Q.purge_fence, None), (query, args)]
         rows = self._run(lambda c: self._locked(c, steps))
         jobs, waiting, kept = rows[0]
         return Purged(int(jobs), int(waiting), int(kept))
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in one round trip (see :class:`JobsClaimParams`); with ``wait``,
-        after the push signal (:meth:`jobs_wait`)."""
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs through the gate in one round trip (see :class:`JobsClaimParams` and
+        ``jobs_claim`` in queries/leases.sql); with ``wait``, after the push signal
+        (:meth:`jobs_wait`). A claim of queues with a limit goes behind their lock."""
         if params.wait > 0:
             self._listener.wait(params.queues, params.wait, waiter=params.worker_id)
         queues = list(dict.fromkeys(params.queues))
         if params.limit <= 0 or not queues:
-            return []
+            return Claimed()
         key = ("claim", *queues)
         args = {
             "now": self.clock.now(),
@@ -487,15 +665,17 @@ class PostgresBackend:
         }
         rows: list[Row] = []
         if key not in self._limited:
-            # One statement; it claims nothing, and says so, if a queue has a max_concurrency.
+            # One statement; it claims nothing, and says so, if a queue has a limit.
             rows = self._run(lambda c: self._fetch(c, Q.jobs_claim, args))
-        if key in self._limited or (rows and rows[0][0] is None):
+        if key in self._limited or (rows and rows[-1][-1]):
             locked = {**args, "locked": True}
             steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues})]
             steps.append((Q.jobs_claim, locked))
             taken, rows = self._run(lambda c: self._locked_counted(c, steps))
             self._remember(key, limited=taken > 0)
-        return [_claimed(r) for r in rows if r[0] is not None]
+        summary = rows[-1]  # the last row: next_open and the lock flag (id NULL)
+        opens = None if summary[-2] is None else max(float(summary[-2]), 0.0)
+        return Claimed([_claimed(r) for r in rows if r[0] is not None], opens)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes in one statement; return the ids whose token no longer matched.
@@ -534,6 +714,11 @@ class PostgresBackend:
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Sleep until a NOTIFY for one of the queues, or timeout; True if woken."""
         return self._listener.wait(params.queues, params.timeout)
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake this process's waiters on those queues (the waiting claim waits on the
+        listener, in-process): no NOTIFY, no round trip."""
+        self._listener.poke(params.queues, params.worker_id)
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Renew leases and store progress; the lost ones and the cancel requests."""
@@ -575,11 +760,13 @@ class PostgresBackend:
             "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))
-        return [Reaped(str(r[0]), str(r[1])) for r in rows]
+        return [Reaped(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        args = {"now": self.clock.now(), "keep": float(THROUGHPUT_KEEP)}
+        self._run(lambda c: c.execute(Q.throughput_prune, args, prepare=True))
         return 0
 
     # transactional completion -----------------------------------------------------------------
@@ -637,13 +824,44 @@ class PostgresBackend:
             "max_pending": config.max_pending,
             "paused": bool(config.paused),
             "retention": config.retention,
+            **limit_columns(config.limits),
+            "fair": config.limits.fair,
         }
         self._run(lambda c: c.execute(Q.queues_configure, args, prepare=True))
 
     def queues_list(self) -> list[QueueConfig]:
         """Every configured queue, by name."""
         rows = self._run(lambda c: self._fetch(c, Q.queues_list))
-        return [QueueConfig(*r) for r in rows]
+        return [_queue_config(r) for r in rows]
+
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store (or, empty, delete) each job name's limits, in one statement."""
+        if not params.jobs:
+            return
+        cols = [limit_columns(j.limits) for j in params.jobs]
+        args = {
+            "queues": [j.queue for j in params.jobs],
+            "names": [j.name for j in params.jobs],
+            **{f"{name}s": [c[name] for c in cols] for name in LIMIT_COLUMNS},
+        }
+        args["key_concurrencies"] = args.pop("key_concurrencys")
+        self._run(lambda c: c.execute(Q.job_limits_sync, args, prepare=True))
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Each limited scope (see :func:`_stored.limit_stats`), from a few reads."""
+
+        def read(conn: Conn) -> list[LimitStats]:
+            (now,) = conn.execute(Q.clock_now, {"now": self.clock.now()}).fetchall()[0]
+            queues = [_queue_config(r) for r in conn.execute(Q.queues_list).fetchall()]
+            named = [
+                JobLimits(r[0], r[1], limits_from(r[2:9]))
+                for r in conn.execute(Q.job_limits_list).fetchall()
+            ]
+            counts = conn.execute(Q.limits_scope_counts, {"queues": list(params.queues)}).fetchall()
+            buckets = {(r[0], r[1] or None): r[2:] for r in conn.execute(Q.limit_buckets_list)}
+            return limit_stats(params, float(now), queues, named, counts, buckets)
+
+        return self._run(read)
 
     def workers_beat(self, params: WorkersBeatParams) -> None:
         """Register or refresh (or remove, when stopping) a worker; forget silent ones."""
@@ -667,19 +885,40 @@ class PostgresBackend:
         rows = self._run(lambda c: self._fetch(c, Q.workers_list, args))
         return [WorkerInfo(r[0], r[1], r[2], tuple(r[3]), r[4], r[5], r[6]) for r in rows]
 
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses: job_counts' few rows, never the
+        partitions."""
+        args = {"statuses": list(params.statuses)}
+        rows = self._run(lambda c: self._fetch(c, Q.queues_names, args))
+        return [str(r[0]) for r in rows]
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status and completions in the last minute."""
-        args = {"now": self.clock.now(), "queues": list(params.queues)}
+        args = {"now": self.clock.now(), "queues": list(params.queues), "recent": params.recent}
         rows = self._run(lambda c: self._fetch(c, Q.stats_get, args))
         counts: dict[str, dict[str, int]] = {}
         recent: dict[str, int] = {}
+        oldest: dict[str, float] = {}
         for queue, kind, n in rows:
+            if kind == "oldest":  # a run_at in microseconds (the column is a count)
+                oldest[queue] = int(n) / 1_000_000
+                continue
             per = counts.setdefault(queue, dict.fromkeys(STATUSES, 0))
             if kind == "recent":
                 recent[queue] = int(n)
             elif kind in per:
                 per[kind] = int(n)
-        return [QueueStats(q, counts[q], recent.get(q, 0)) for q in sorted(counts)]
+        return [QueueStats(q, counts[q], recent.get(q, 0), oldest.get(q)) for q in sorted(counts)]
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since`` (one range of the primary key)."""
+        args = {
+            "now": self.clock.now(),
+            "since": float(params.since),
+            "queues": list(params.queues),
+        }
+        rows = self._run(lambda c: self._fetch(c, Q.throughput_get, args))
+        return [ThroughputMinute(r[0], float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; a warning when the server's autovacuum is off
@@ -707,6 +946,7 @@ class PostgresBackend:
                 return []  # another worker is at it
             done: list[str] = []
             try:
+                conn.execute(Q.limit_buckets_forget, {"now": self.clock.now()})
                 for name, dead, live, grown in conn.execute(Q.tidy_dead).fetchall():
                     threshold = params.min_dead + params.dead_fraction * live
                     if dead < threshold and grown < threshold:

@@ -128,6 +128,17 @@ class Listener:
                     down_since = None
                     self._cond.wait(deadline - now)
 
+    def poke(self, queues: Sequence[str], waiter: str) -> None:
+        """Wake the waiters of ``queues`` in this process as a notification would; the next
+        wait of ``waiter`` returns at once even if it was not waiting yet (its remembered
+        mark is one no count equals)."""
+        names = tuple(dict.fromkeys(queues))
+        with self._cond:
+            self._waiters[waiter] = (names, (-1,))
+            for queue in names:
+                self._counts[queue] = self._counts.get(queue, 0) + 1
+            self._cond.notify_all()
+
     def _previous(self, waiter: str | None) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
         if waiter is None:
             return getattr(self._seen, "mark", None)

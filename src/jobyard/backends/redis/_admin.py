@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import ConfigurationError
+from .._stored import LIMIT_COLUMNS, limit_columns, limit_stats, limits_from
 from ..base import (
     STATUSES,
+    JobLimits,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     QueueConfig,
+    QueueLimits,
     QueueStats,
     StatsParams,
     StoreInfo,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
 )
@@ -33,6 +42,8 @@ def queues_configure(c: Core, config: QueueConfig) -> None:
         "max_pending": config.max_pending,
         "paused": "1" if config.paused else None,
         "retention": None if config.retention is None else str(max(1, round(config.retention))),
+        **limit_fields(config.limits),
+        "fair": "1" if config.limits.fair else None,
     }
     c.run("queues_configure", c.keys.queue(config.name), [config.name, dumps(settings)])
     c.call(lambda: c.client.sadd(c.keys.queues, config.name))
@@ -63,6 +74,7 @@ def queues_list(c: Core) -> list[QueueConfig]:
                 max_pending=int(h["max_pending"]) if "max_pending" in h else None,
                 paused=h.get("paused") == "1",
                 retention=float(h["retention"]) if "retention" in h else None,
+                limits=limits_from([h.get(f) for f in LIMIT_COLUMNS], h.get("fair") == "1"),
             )
         )
     return out
@@ -121,14 +133,34 @@ def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
     out = []
     for batch in c.slices(names):
         reply = c.run("stats_get", c.group_keys(batch), [c.now(), str(len(batch))])
-        width = len(STATUSES) + 2  # the counts, completed in the last minute, configured
+        # the counts, completed in the last minute, configured, the oldest due run_at
+        width = len(STATUSES) + 3
         for g, q in enumerate(batch):
-            row = [int(v) for v in reply[g * width : (g + 1) * width]]
+            values = reply[g * width : (g + 1) * width]
+            row = [int(v) for v in values[:-1]]
             counts = dict(zip(STATUSES, row[: len(STATUSES)], strict=True))
             if not any(counts.values()) and not row[-1]:
                 continue
-            out.append(QueueStats(q, counts, row[-2]))
+            oldest = float(values[-1]) if values[-1] else None
+            out.append(QueueStats(q, counts, row[-2], oldest))
     out.sort(key=lambda s: s.queue)
+    return out
+
+
+def throughput_get(c: Core, params: ThroughputParams) -> list[ThroughputMinute]:
+    """The kept minutes of each queue (one script per slice of queues)."""
+    names = c.known_queues()
+    if params.queues:
+        wanted = set(params.queues)
+        names = [q for q in names if q in wanted]
+    out = []
+    for batch in c.slices(names):
+        args = [c.now(), str(len(batch)), repr(float(params.since))]
+        reply = c.run("throughput_get", c.group_keys(batch), args)
+        for i in range(0, len(reply), 4):
+            g, minute, done, failed = reply[i : i + 4]
+            out.append(ThroughputMinute(batch[int(g) - 1], float(minute), int(done), int(failed)))
+    out.sort(key=lambda m: (m.queue, m.minute))
     return out
 
 
@@ -140,3 +172,80 @@ def store_info(c: Core) -> StoreInfo:
         retention=settings.result_ttl if settings.result_ttl > 0 else None,
         failed_retention=settings.failed_ttl if settings.failed_ttl > 0 else None,
     )
+
+
+def limit_fields(limits: QueueLimits) -> dict[str, str | None]:
+    """A queue's limits as fields of its config hash (``LIMIT_COLUMNS``; unset: left out), as
+    the claim's gate reads them (``gate_open`` in _lib.lua)."""
+    return {k: None if v is None else repr(v) for k, v in limit_columns(limits).items()}
+
+
+def job_limits_text(limits: QueueLimits) -> str:
+    """A job name's limits as one value of the queue's ``joblimits`` hash: the
+    ``LIMIT_COLUMNS`` joined by commas, an unset one empty."""
+    return ",".join("" if v is None else repr(v) for v in limit_columns(limits).values())
+
+
+def job_limits_from(text: str) -> QueueLimits:
+    """The inverse of :func:`job_limits_text`."""
+    return limits_from([c or None for c in text.split(",")])
+
+
+def limits_sync(c: Core, params: LimitsSyncParams) -> None:
+    """Store job names' limits in each queue's ``joblimits`` hash (empty limits: deleted)."""
+    for job in params.jobs:
+        if not QUEUE_RE.match(job.queue):
+            raise ConfigurationError(f"invalid queue name {job.queue!r}")
+        key = c.keys.job_limits(job.queue)
+        text = job_limits_text(job.limits) if job.limits else None
+
+        def write(key: str = key, name: str = job.name, text: str | None = text) -> Any:
+            if text is None:
+                return c.client.hdel(key, name)
+            return c.client.hset(key, name, text)
+
+        c.call(write)
+
+
+def limits_stats(c: Core, params: LimitsStatsParams) -> list[LimitStats]:
+    """Every limited scope of the queues asked: their configs, job limits and rate buckets,
+    and the keyed jobs counted from the pending and running jobs' hashes (a read for status)."""
+    configs = queues_list(c)
+    names = sorted(set(c.known_queues()) | {q.name for q in configs})
+    if params.queues:
+        names = [q for q in names if q in set(params.queues)]
+    now = c.clock_now()
+    named: list[JobLimits] = []
+    counts: list[tuple[str, str, str | None, int, int]] = []
+    buckets: dict[tuple[str, str | None], Sequence[Any]] = {}
+    for q in names:
+        tag = c.keys.tag(q)
+
+        def fetch(q: str = q, tag: str = tag) -> list[Any]:
+            pipe = c.client.pipeline(transaction=False)
+            pipe.hgetall(c.keys.job_limits(q))
+            pipe.zrange(f"{tag}:pending", 0, -1)
+            pipe.zrange(f"{tag}:claims", 0, -1)
+            pipe.get(f"{tag}:tat")
+            return cast(list[Any], pipe.execute())
+
+        limits, pending, running, tat = c.call(fetch)
+        for name in sorted(limits):
+            named.append(JobLimits(q, name, job_limits_from(limits[name])))
+            got = c.call(lambda t=tag, n=name: c.client.get(f"{t}:tat:j:{n}"))  # type: ignore[misc]
+            if got is not None:
+                buckets[(q, name)] = [got]
+        if tat is not None:
+            buckets[(q, None)] = [tat]
+        numbers = [(n, 1, 0) for n in pending] + [(n, 0, 1) for n in running]
+
+        def read(numbers: list[tuple[str, int, int]] = numbers, q: str = q) -> list[Any]:
+            pipe = c.client.pipeline(transaction=False)
+            for n, _, _ in numbers:
+                pipe.hmget(c.keys.job(q, n), "name", "key")
+            return cast(list[Any], pipe.execute())
+
+        for (_, p, r), (name, key) in zip(numbers, c.call(read), strict=True):
+            if name is not None:
+                counts.append((q, name, key, p, r))
+    return limit_stats(params, now, configs, named, counts, buckets)

@@ -52,10 +52,14 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "leases_reap",
     "jobs_expire",
     "jobs_cancel",
+    "jobs_cancel_many",
     "jobs_retry",
     "jobs_list",
+    "jobs_search",
+    "dead_groups",
     "jobs_purge",
     "stats_get",
+    "throughput_get",
     "queues_configure",
     "seq_take",
     "batch_open",
@@ -134,7 +138,16 @@ def _check_client_url(client_url: str) -> None:
 
 
 def parse_url(url: str) -> Settings:
-    """Read a store URL; ``prefix``, ``result_ttl``, ``failed_ttl`` and ``retry_for`` are ours."""
+    """Read a store URL; ``prefix``, ``result_ttl``, ``failed_ttl`` and ``retry_for`` are ours.
+    A refusal never quotes the URL's credentials (a password redis-py split into an option
+    name, a host's "port"), whichever URLs this process remembered before."""
+    try:
+        return _parse_url(url)
+    except ConfigurationError as exc:
+        raise ConfigurationError(scrub(str(exc), url)) from None
+
+
+def _parse_url(url: str) -> Settings:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
@@ -354,20 +367,21 @@ class Scripts:
     """The Lua scripts, read once from ``scripts/*.lua`` and run with EVALSHA.
 
     redis-py's Script loads a script again after NOSCRIPT (a restarted or failed-over server
-    starts with an empty script cache). Job scripts get ``_lib.lua`` and ``_flows.lua``
-    prepended.
+    starts with an empty script cache). Job scripts get ``_lib.lua``, ``_flows.lua`` and
+    ``_gate.lua`` prepended, the list scripts ``_lists.lua``.
     """
 
     def __init__(self, client: Any) -> None:
         folder = resources.files(__package__).joinpath("scripts")
         lib = "\n".join(
-            folder.joinpath(name).read_text(encoding="utf-8") for name in ("_lib.lua", "_flows.lua")
+            folder.joinpath(name).read_text(encoding="utf-8")
+            for name in ("_lib.lua", "_flows.lua", "_gate.lua")
         )
+        lists = folder.joinpath("_lists.lua").read_text(encoding="utf-8")
         self._scripts: dict[str, Script] = {}
         for name in SCRIPT_NAMES:
             text = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-            if not name.startswith("list_"):
-                text = lib + "\n" + text
+            text = (lists if name.startswith("list_") else lib) + "\n" + text
             self._scripts[name] = client.register_script(text)
 
     def __getitem__(self, name: str) -> Script:

@@ -59,6 +59,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from ...clock import Clock
+from ...events import Events, WorkerNote
 from ._connection import TRANSIENT, Outage, Scripts, call, make_client, never_sent, parse_url
 from .keys import Keys
 
@@ -89,6 +90,7 @@ class Core:
         self.scripts = Scripts(self.client)
         # Calls sent once whose reply was lost, by name (see the module docstring).
         self.unsure: Counter[str] = Counter()
+        self.events = Events()  # the App's bus, once attached (base.attach_events)
         self._clients: dict[tuple[bool, bool], Any] = {}  # (binary, once) -> client
         self._lock = threading.Lock()
         self._closed = False
@@ -134,6 +136,8 @@ class Core:
             if not never_sent(exc) and not self._closed:
                 with self._lock:
                     self.unsure[name] += 1
+                if self.events.active:
+                    self.events.emit(WorkerNote("unsure", 1, name))
                 log.warning(
                     "redis: %s failed after it was sent (%s: %s); not sent again, as it may "
                     "have run",

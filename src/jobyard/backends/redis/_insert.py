@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...errors import JobyardError, QueueFull
+from ...errors import ConfigurationError, JobyardError, QueueFull
 from ..base import DEFAULT_MAX_ATTEMPTS, Inserted, NewJob
 from ._core import dumps
 from .keys import job_id as make_id
@@ -115,11 +115,21 @@ def rows(jobs: Sequence[NewJob], links: Sequence[list[Any]], queues: list[str]) 
                 j.delivery,
                 j.idempotency_key,
                 j.parent_id,
-                *link,
+                *(link if j.on_conflict == "keep" and j.key is None else _tail(j, link)),
             ]
             for j, link in zip(jobs, links, strict=True)
         ]
     )
+
+
+def _tail(job: NewJob, link: list[Any]) -> list[Any]:
+    """The row's columns 14 to 18 for a job with ``on_conflict="replace"`` or a limit key: the
+    workflow columns (null for a plain job), then 17: 1 = replace a pending holder's payload,
+    2 = its payload and run_at (the job sets one), null = keep; 18: the limit key."""
+    replace = None
+    if job.on_conflict == "replace":
+        replace = 2 if job.run_at is not None or job.delay != 0 else 1
+    return [*(link or [None, None, None]), replace, job.key]
 
 
 def hidden(ranges: Sequence[str], number: str) -> bool:
@@ -193,6 +203,15 @@ def insert(
     or staged (:func:`needs_stage`). ``once``: the batch is not safe to send twice (see
     ``_core.py``)."""
     if needs_stage(core, jobs, queues):
+        if any(j.on_conflict == "replace" for j in jobs):
+            # A staged batch is hidden until published, but a replaced holder is not: its
+            # new arguments would show (and stay) before the batch is sure to go in.
+            raise ConfigurationError(
+                f"on_conflict='replace' needs a batch Redis writes in one script (at most "
+                f"{SLICE_JOBS} jobs, about {SLICE_BYTES // 1_000_000} MB, and on Redis Cluster "
+                f"one queue); this batch of {len(jobs)} jobs spans {len(queues)} queue(s): "
+                "enqueue it in smaller batches"
+            )
         return _Batch.open(core, jobs, queues).insert(jobs, ttl_ms)
     numbers = ""
     if core.cluster:  # the insert script cannot reach the global sequence: reserve first
@@ -222,10 +241,13 @@ def insert(
         wait_busy(core, reply[1], reply[2], since)
     if reply[0] == "full":
         raise QueueFull(reply[1], int(reply[2]))
-    pairs = list(zip(reply[1].split(","), (f == "1" for f in reply[2]), strict=True))
+    pairs = list(zip(reply[1].split(","), reply[2], strict=True))
     if core.cluster:
-        core.wake_after({queues[0]: sum(c for _, c in pairs)})
-    return [Inserted(make_id(j.queue, n), c) for j, (n, c) in zip(jobs, pairs, strict=True)]
+        core.wake_after({queues[0]: sum(f != "0" for _, f in pairs)})
+    return [
+        Inserted(make_id(j.queue, n), f == "1", f == "2")
+        for j, (n, f) in zip(jobs, pairs, strict=True)
+    ]
 
 
 class _Batch:

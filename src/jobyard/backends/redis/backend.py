@@ -47,6 +47,7 @@ unreachable, default 20) and ``socket_timeout`` (default 30); anything else goes
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -58,28 +59,42 @@ from redis.exceptions import NoScriptError
 from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
+from ...events import Events
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     LEASE_LOST_ERROR,
     STATUSES,
+    Claimed,
     ClaimedJob,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Delivery,
     Inserted,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -90,10 +105,12 @@ from ..base import (
     SchedulesSyncParams,
     StatsParams,
     StoreInfo,
-    StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
+    sort_groups,
 )
 from . import _admin, _insert, _schedules, consumers
 from ._connection import TRANSIENT
@@ -102,6 +119,7 @@ from .keys import QUEUE_RE, parse_job_id
 from .keys import job_id as make_id
 
 PURGE_BATCH = 1000
+CANCEL_CHUNK = 500  # jobs one jobs_cancel_many script cancels (a longer script stalls every client)
 OWED_BATCH = 1000  # owed releases the reaper pays per queue and call (Cluster)
 
 
@@ -160,7 +178,30 @@ def _record(queue: str, number: str, h: dict[str, str]) -> JobRecord:
         workflow_id=h.get("workflow_id"),
         depends_on=_ids(h.get("depends_on")),
         dependents=_ids(h.get("dependents")),
+        key=h.get("key"),
     )
+
+
+def _merge_ranked(
+    candidates: list[tuple[int, int, float, int, str]], limit: int
+) -> list[tuple[int, int, float, int, str]]:
+    """The best ``limit`` of several queues' probed candidates, (negated priority, rank in its
+    queue, run_at, number, queue) each: merged by the heads of each queue's list, in the
+    order its own claim gave them (a fair queue's turns are not run_at order), priority first,
+    then run_at, then number."""
+    lists: dict[str, list[tuple[int, int, float, int, str]]] = {}
+    for c in sorted(candidates, key=lambda c: (c[4], c[1])):
+        lists.setdefault(c[4], []).append(c)
+    heads = {q: 0 for q in lists}
+    out: list[tuple[int, int, float, int, str]] = []
+    while len(out) < limit:
+        live = [(lst[heads[q]], q) for q, lst in lists.items() if heads[q] < len(lst)]
+        if not live:
+            break
+        best, q = min(live, key=lambda hq: (hq[0][0], hq[0][2], hq[0][3]))
+        out.append(best)
+        heads[q] += 1
+    return out
 
 
 def _ids(value: str | None) -> tuple[str, ...]:
@@ -179,6 +220,9 @@ class _Paid:
 
 def _pairs(flat: Sequence[str]) -> dict[str, str]:
     return dict(zip(flat[0::2], flat[1::2], strict=True))
+
+
+DEAD_CALL = 1000  # failed jobs one dead_groups script walks (a few ms of the server's time)
 
 
 class RedisBackend:
@@ -331,6 +375,90 @@ class RedisBackend:
         found.sort(key=lambda r: int(r.id.rsplit(":", 1)[1]), reverse=True)
         return found[params.offset : params.offset + params.limit]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (a job number: the one sequence orders every queue). Each queue's
+        state index (or each of them) is walked from the cursor by a script, at most ``scan``
+        entries per walk; the walks are merged here: the next page starts at the highest number
+        where a walk stopped early, so every job above it was walked by every walk. Then the
+        hits' hashes are read in one pipeline (as ``jobs_list`` by ids)."""
+        p = params
+        if p.before is not None and not (p.before.isdigit() and len(p.before) <= 18):
+            raise ValueError(f"invalid cursor {p.before!r}")
+        if p.queue is not None:
+            queues = [p.queue] if QUEUE_RE.match(p.queue) else []
+        else:
+            queues = self.core.known_queues()
+        hits: list[tuple[int, str]] = []  # (number, queue)
+        stops: list[int] = []
+        scanned = 0
+        # One budget for the whole page, shared by every index walked (a queue's, or each of its
+        # six states'), so a page never holds the server for more than ``scan`` reads.
+        walks = max(len(queues) * (1 if p.status else len(STATUSES)), 1)
+        each = max(p.scan // walks, 1)
+        for names in self.core.slices(queues):
+            args = [
+                str(len(names)),
+                p.status or "",
+                p.name or "",
+                p.idempotency_key or "",
+                p.contains or "",
+                p.error_contains or "",
+                p.before or "",
+                str(p.limit),
+                str(each),
+            ]
+            for row in self.core.run("jobs_search", self.core.group_keys(names), args):
+                queue = names[int(row[0]) - 1]
+                if row[1]:
+                    stops.append(int(row[1]))
+                scanned += int(row[2])
+                hits.extend((int(n), queue) for n in row[3:])
+        floor = max(stops, default=0)
+        kept = sorted((h for h in hits if h[0] >= floor), reverse=True)
+        if len(kept) > p.limit:
+            kept = kept[: p.limit]
+            cursor: str | None = str(kept[-1][0])
+        else:
+            cursor = str(floor) if stops else None
+        ids = [make_id(q, str(n)) for n, q in kept]
+        records = self._list_ids(JobsListParams(ids=ids, limit=len(ids))) if ids else []
+        return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """Each queue's newest ``scan`` failed jobs (a budget per queue), walked by a script in
+        calls of :data:`DEAD_CALL` jobs and grouped by it; the calls' groups merged here."""
+        if params.queue is not None:
+            queues = [params.queue] if QUEUE_RE.match(params.queue) else []
+        else:
+            queues = self.core.known_queues()
+        merged: dict[tuple[str, str, str], list[Any]] = {}
+        scanned, complete = 0, True
+        for queue in queues:
+            cursor, left = "", params.scan
+            while left > 0:
+                args = [cursor, str(min(DEAD_CALL, left)), str(ERROR_TAIL)]
+                reply = self.core.run("dead_groups", self.keys.queue(queue), args)
+                stop, walked = reply[0], int(reply[1])
+                scanned += walked
+                left -= walked
+                for i in range(2, len(reply), 6):
+                    name, line, count, newest, oldest, n = reply[i : i + 6]
+                    at, first = float(newest), float(oldest)
+                    g = merged.get(key := (queue, name, line))
+                    if g is None:  # the calls walk newest first: the first call's sample stays
+                        merged[key] = [int(count), at, first, make_id(queue, n)]
+                    else:
+                        g[0] += int(count)
+                        g[1] = max(g[1], at)
+                        g[2] = min(g[2], first)
+                if not stop:
+                    break
+                cursor = stop
+            else:
+                complete = False
+        groups = [DeadGroup(*k, *v) for k, v in merged.items()]
+        return DeadGroups(sort_groups(groups), scanned, complete)
+
     def _locate(self, job_id: str) -> tuple[str, str]:
         parsed = parse_job_id(job_id)
         if parsed is None:
@@ -354,6 +482,44 @@ class RedisBackend:
         if reply[0] == "status":
             raise InvalidTransition.cannot_cancel(job_id, reply[1])
         return _record(queue, n, _pairs(reply[1:]))
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
+        Cluster), so no call holds Redis long; the refused ones skipped."""
+        by_queue: dict[str, list[str]] = {}
+        for job_id in params.ids:
+            parsed = parse_job_id(job_id)
+            if parsed is not None:
+                by_queue.setdefault(parsed[0], []).append(parsed[1])
+        head = [
+            self.core.now(),
+            "",
+            _ttl(self.settings.failed_ttl),
+            params.by or "",
+            "1" if params.pending_only else "",
+        ]
+        changed: set[str] = set()
+        for names in self.core.slices(list(by_queue)):
+            chunk: list[tuple[str, list[str]]] = []
+            size = 0
+            for queue in names:
+                numbers = by_queue[queue]
+                for i in range(0, len(numbers), CANCEL_CHUNK):
+                    part = numbers[i : i + CANCEL_CHUNK]
+                    if size + len(part) > CANCEL_CHUNK and chunk:
+                        changed |= self._cancel_chunk(head, chunk)
+                        chunk, size = [], 0
+                    chunk.append((queue, part))
+                    size += len(part)
+            if chunk:
+                changed |= self._cancel_chunk(head, chunk)
+        return [job_id for job_id in params.ids if job_id in changed]
+
+    def _cancel_chunk(self, head: list[str], chunk: list[tuple[str, list[str]]]) -> set[str]:
+        keys = [key for queue, _ in chunk for key in self.keys.queue(queue)]
+        args = [*head[:1], str(len(chunk)), *head[2:], *(",".join(ns) for _, ns in chunk)]
+        reply = self.core.run_once("jobs_cancel_many", keys, args)
+        return {make_id(chunk[int(reply[i]) - 1][0], reply[i + 1]) for i in range(0, len(reply), 2)}
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""
@@ -388,9 +554,16 @@ class RedisBackend:
             queues = [params.queue] if QUEUE_RE.match(params.queue) else []
         else:
             queues = self.core.known_queues()
+        only: dict[str, list[str]] | None = None
+        if params.ids is not None:  # only these jobs: the queues their ids name
+            only = {}
+            for q, n in filter(None, map(parse_job_id, params.ids)):
+                if q in queues or params.queue is None:
+                    only.setdefault(q, []).append(n)
+            queues = sorted(only)
         now = self.core.now()  # one cutoff for every batch and queue
         head = [repr(float(params.older_than)), str(PURGE_BATCH), _ttl(self.settings.result_ttl)]
-        head += [self.keys.prefix, "" if self.cluster else "1", *params.statuses]
+        head += [self.keys.prefix, "" if self.cluster else "1"]
         kept: dict[str, int] = {}  # held jobs kept, by the first queue of each call's slice
         deleted, waiting = 0, 0
         freed: set[str] = set()
@@ -398,8 +571,10 @@ class RedisBackend:
         while slices:
             for names in slices:
                 keys = self.core.group_keys(names)
+                numbers = "" if only is None else json.dumps([only.get(q, []) for q in names])
+                args = [now, str(len(names)), *head, numbers, *params.statuses]
                 while True:
-                    reply = self.core.run("jobs_purge", keys, [now, str(len(names)), *head])
+                    reply = self.core.run("jobs_purge", keys, args)
                     deleted += int(reply[0])
                     waiting += int(reply[1])
                     kept[names[0]] = int(reply[2])
@@ -418,8 +593,9 @@ class RedisBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in priority, run_at, enqueue order (one script on one node).
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs in priority, (fair queues: turn,) run_at, enqueue order, through the
+        gate of ``_gate.lua`` (one script on one node).
 
         On Cluster with several queues each queue is a script of its own, so the claim first
         peeks at every queue's best candidates, then takes from each its share of the best
@@ -433,24 +609,32 @@ class RedisBackend:
         if params.wait > 0 and queues and params.limit > 0 and not self.cluster:
             return self._claim_woken(queues, params.worker_id, params.limit, params.wait)
         if params.wait > 0:
-            self.jobs_wait(JobsWaitParams(queues, params.wait))
+            self._block(self._wake_keys(queues, params.worker_id), params.wait)
         if not queues or params.limit <= 0:
-            return []
+            return Claimed()
         if not self.cluster or len(queues) == 1:
             return self._claim(queues, params.worker_id, params.limit)
-        candidates: list[tuple[int, float, int, str]] = []
+        # The probe: each queue's best candidates, through the same gate (peek claims nothing).
+        candidates: list[tuple[int, int, float, int, str]] = []
+        opens: list[float] = []
         for q in queues:
             reply = self._claim_call([q], params.worker_id, params.limit, peek=True)
-            for i in range(0, len(reply), 4):
-                candidates.append((-int(reply[i + 1]), float(reply[i + 2]), int(reply[i + 3]), q))
-        candidates.sort()
-        best = candidates[: params.limit]
+            if reply[0]:
+                opens.append(float(reply[0]))
+            for order, i in enumerate(range(1, len(reply), 4)):
+                prio, run_at, n = -int(reply[i + 1]), float(reply[i + 2]), int(reply[i + 3])
+                candidates.append((prio, order, run_at, n, q))
+        # Merged by priority, then run_at, each queue's own order kept (a fair queue's turns).
+        best = _merge_ranked(candidates, params.limit)
         share = Counter(q for *_, q in best)
-        rank = {(q, n): i for i, (_, _, n, q) in enumerate(best)}
-        claimed: list[ClaimedJob] = []
+        rank = {(q, n): i for i, (_, _, _, n, q) in enumerate(best)}
+        claimed = Claimed(next_open=min(opens) if opens else None)
         for q in queues:
             if share[q]:
-                claimed += self._claim([q], params.worker_id, share[q])
+                got = self._claim([q], params.worker_id, share[q])
+                claimed += got
+                if got.next_open is not None:
+                    claimed.next_open = min(got.next_open, claimed.next_open or got.next_open)
         claimed.sort(key=lambda c: rank.get((c.queue, int(c.id.rsplit(":", 1)[1])), len(rank)))
         return claimed
 
@@ -470,15 +654,13 @@ class RedisBackend:
         run = self.core.run if peek else self.core.run_once
         return run("jobs_claim", self.core.group_keys(queues), args)
 
-    def _claim_woken(
-        self, queues: list[str], worker: str, limit: int, wait: float
-    ) -> list[ClaimedJob]:
+    def _claim_woken(self, queues: list[str], worker: str, limit: int, wait: float) -> Claimed:
         """The blocking read of the wake lists and the claim, sent together in one pipeline:
         Redis runs the claim the moment the read returns (a token pushed, or the timeout), so
         the job reaches the worker in the read's own round trip. Single node only (on Cluster
         the wake lists and the queue may sit on different nodes). Sent once, like any claim:
         if the connection fails while it blocks, Redis drops the queued claim with it."""
-        wake = [self.keys.wake(q) for q in queues]
+        wake = self._wake_keys(queues, worker)
         block = min(wait, max(self.settings.socket_timeout - 1.0, 0.1))
         script = self.core.scripts["jobs_claim"]
         keys = self.core.group_keys(queues)
@@ -498,12 +680,13 @@ class RedisBackend:
                 raise item
         return self._claimed(queues, reply)
 
-    def _claim(self, queues: list[str], worker: str, limit: int) -> list[ClaimedJob]:
+    def _claim(self, queues: list[str], worker: str, limit: int) -> Claimed:
         return self._claimed(queues, self._claim_call(queues, worker, limit, peek=False))
 
-    def _claimed(self, queues: list[str], r: Any) -> list[ClaimedJob]:
-        out = []
-        for i in range(0, len(r), 12):
+    def _claimed(self, queues: list[str], r: Any) -> Claimed:
+        """The claim script's reply: next_open first, then 13 strings per claimed job."""
+        out = Claimed(next_open=float(r[0]) if r[0] else None)
+        for i in range(1, len(r), 13):
             queue = queues[int(r[i]) - 1]
             out.append(
                 ClaimedJob(
@@ -519,6 +702,7 @@ class RedisBackend:
                     token=r[i + 9],
                     delivery=cast(Delivery, r[i + 10]),
                     parent_id=r[i + 11] or None,
+                    run_at=_opt_float(r[i + 12]),
                 )
             )
         return out
@@ -711,12 +895,34 @@ class RedisBackend:
         All wake lists sit on the ``{prefix}`` tag, so one BLPOP covers every queue even on
         Cluster. Waits longer than the socket timeout end early (False), which is allowed.
         """
-        keys = [self.keys.wake(q) for q in dict.fromkeys(params.queues)]
+        return self._block(
+            [self.keys.wake(q) for q in dict.fromkeys(params.queues)], params.timeout
+        )
+
+    def _wake_keys(self, queues: Sequence[str], worker_id: str) -> list[str]:
+        """What a worker's waiting claim reads: its queues' wake lists and its own."""
+        return [*(self.keys.wake(q) for q in queues), self.keys.worker_wake(worker_id)]
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Push a token on the worker's own wake list, which its waiting claim reads (one
+        token, kept a minute: a worker that was not waiting finds it at its next wait)."""
+        key = self.keys.worker_wake(params.worker_id)
+
+        def push() -> list[Any]:  # a fresh pipeline per attempt: a failed one is emptied
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(key, "1")
+            pipe.ltrim(key, 0, 0)
+            pipe.expire(key, 60)
+            return cast(list[Any], pipe.execute())
+
+        self.core.call(push)
+
+    def _block(self, keys: list[str], timeout: float) -> bool:
         if not keys:
             return False
-        if params.timeout <= 0:
+        if timeout <= 0:
             return any(self.client.lpop(k) is not None for k in keys)
-        block = min(params.timeout, max(self.settings.socket_timeout - 1.0, 0.1))
+        block = min(timeout, max(self.settings.socket_timeout - 1.0, 0.1))
         try:
             return self.client.blpop(keys, timeout=block) is not None
         except TRANSIENT:
@@ -768,9 +974,9 @@ class RedisBackend:
             notes = [(names[int(e[1]) - 1], e) for e in reply if isinstance(e, list)]
             flat = [e for e in reply if not isinstance(e, list)]
             requeued: Counter[str] = Counter()
-            for i in range(0, len(flat), 3):
+            for i in range(0, len(flat), 4):
                 queue = names[int(flat[i]) - 1]
-                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2]))
+                out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2], flat[i + 3], queue))
                 requeued[queue] += flat[i + 2] == "pending"
             left = params.limit - len(out)
             if self.cluster:
@@ -823,19 +1029,32 @@ class RedisBackend:
         """Registered workers, oldest first."""
         return _admin.workers_list(self.core)
 
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store job names' limits, each in its queue's ``joblimits`` hash (its hash slot)."""
+        _admin.limits_sync(self.core, params)
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Every limited scope of the queues asked (counts read from the jobs' hashes)."""
+        return _admin.limits_stats(self.core, params)
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """Every queue ever written to or configured (one set read): a superset, which the
+        contract allows, rather than a script per queue."""
+        return self.core.known_queues()
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status for each queue that has jobs or a configuration."""
         return _admin.stats_get(self.core, params)
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes (hashes per queue and hour that expire by themselves)."""
+        return _admin.throughput_get(self.core, params)
 
     def store_info(self) -> StoreInfo:
         """Node or Cluster, and the retention of the URL's ``result_ttl`` and ``failed_ttl``."""
         return _admin.store_info(self.core)
 
     # time and recurring jobs --------------------------------------------------------------------
-
-    def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: Redis frees what it deletes."""
-        return []
 
     def clock_now(self) -> float:
         """The frozen clock's now, else Redis's ``TIME``."""
@@ -876,6 +1095,11 @@ class RedisBackend:
         return consumers.StreamConsumer(
             self.core, stream, handler, insert=self.jobs_insert, **options
         )
+
+    def events_attach(self, events: Events) -> None:
+        """Report a call sent once whose reply was lost (``WorkerNote("unsure")``) on
+        ``events`` (``base.EventSource``)."""
+        self.core.events = events
 
     def close(self) -> None:
         """Close the connection pools (safe to call twice)."""

@@ -12,7 +12,17 @@ into a job (``reply=job_function``), optionally on a queue that lapses when noth
 
 Handler outcomes, for both: return -> acknowledged; ``raise jobyard.Retry`` or any other
 exception -> delivered again; ``raise jobyard.Drop`` or an entry that is not JSON -> moved to a
-dead list (``<key>.dead``) and logged, never lost silently.
+dead list (``<key>.dead``) and logged, never lost silently. That classification is the core's
+(``runner=``, a ``base.EntryRunner`` the App hands over: ``jobyard.worker.executor.EntryRunner``,
+which also emits the entry's ``Started`` and ``Finished`` events); a stream's reply jobs go
+down through the core's enqueue step (``enqueue=``: its events and ``on_enqueue`` hooks).
+
+``max_deliveries=N``, for both: an entry delivered N times without being acknowledged (its
+handler kept failing, or the consumers holding it kept dying, SIGKILL included) goes to the dead
+list with the reason instead of an (N+1)-th delivery, so a poison entry cannot be redelivered
+forever. A stream counts with its own delivery count (the group's pending entries list); a list
+keeps a count per entry beside its recovery set (``<key>.deliveries``), raised in the same
+script that takes the entry back, and the reasons of its dead entries in ``<dead>.reasons``.
 
 Both have ``start()`` / ``stop(grace)`` (safe to call twice) and ``run_once()`` for tests; a
 worker started by ``app.run_worker`` runs the consumers its App registered.
@@ -20,9 +30,7 @@ worker started by ``app.run_worker`` runs the consumers its App registered.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import inspect
 import json
 import logging
 import os
@@ -30,16 +38,24 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis.exceptions
 from redis.crc import key_slot
 
-from ...errors import ConfigurationError, Drop, Retry
-from ..base import MAX_IDEMPOTENCY_KEY, JobsInsertParams, NewJob
-from .keys import claims_key, dead_key, processing_key
+from ...errors import ConfigurationError
+from ..base import (
+    MAX_IDEMPOTENCY_KEY,
+    EntryEnqueue,
+    EntryRunner,
+    EntryVerdict,
+    Inserted,
+    JobsInsertParams,
+    NewJob,
+)
+from .keys import claims_key, dead_key, deliveries_key, processing_key, reasons_key
 
 if TYPE_CHECKING:
     from ._core import Core
@@ -63,15 +79,24 @@ def _slot(key: str) -> int:
     return key_slot(key.encode())
 
 
-async def _await(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+def _no_runner(
+    source: str, key: str, entry_id: str, handler: Callable[[Any], Any], decode: Callable[[], Any]
+) -> EntryVerdict:
+    raise ConfigurationError(
+        f"the consumer of {source} {key!r} was made without runner=: make it with "
+        "app.consume_list or app.consume_stream"
+    )
 
 
-def _invoke(handler: Callable[[Any], Any], value: Any) -> Any:
-    result = handler(value)
-    if inspect.isawaitable(result):  # an async handler: run it to completion here
-        result = asyncio.run(_await(result))
-    return result
+def check_max_deliveries(value: object) -> int | None:
+    """None or a whole number of at least 1, else ``ConfigurationError``."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigurationError(
+            f"max_deliveries must be a whole number of at least 1, got {value!r}"
+        )
+    return value
 
 
 class _Consumer:
@@ -79,10 +104,13 @@ class _Consumer:
 
     name = "consumer"
 
-    def __init__(self, core: Core, block: float, sweep_interval: float) -> None:
+    def __init__(
+        self, core: Core, block: float, sweep_interval: float, runner: EntryRunner | None
+    ) -> None:
         if block < 0:
             raise ConfigurationError("block must not be negative")
         self.core = core
+        self.runner: EntryRunner = runner or _no_runner
         self.block = block
         self.sweep_interval = sweep_interval
         self._stop = threading.Event()
@@ -175,6 +203,12 @@ class ListConsumer(_Consumer):
     ``Retry(delay=...)`` on a reliable list leaves the entry taken, dated so that the watchdog
     returns it after ``delay`` seconds; without a delay, and after any other exception, the
     entry goes back behind what is queued, so one failing entry cannot hog the consumer.
+
+    ``max_deliveries``: the most deliveries of an entry that end without an acknowledgement
+    (a failed handler, a ``Retry``, a consumer that stopped holding it and whose entry the
+    watchdog took back); the last of them moves the entry to the dead list, its reason in the
+    hash ``<dead>.reasons``. Identical entries share one count. On Cluster the count's key
+    ``<key>.deliveries`` shares the list's slot like the other keys.
     """
 
     def __init__(
@@ -192,9 +226,12 @@ class ListConsumer(_Consumer):
         pop: Pop = "right",
         block: float = 1.0,
         sweep_interval: float | None = None,
+        runner: EntryRunner | None = None,
+        max_deliveries: int | None = None,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise ConfigurationError("consume_list needs the list's key")
+        self.max_deliveries = check_max_deliveries(max_deliveries)
         if pop not in ("right", "left"):
             raise ConfigurationError("pop must be 'right' (LPUSH producers) or 'left' (RPUSH)")
         self.key = key
@@ -204,6 +241,8 @@ class ListConsumer(_Consumer):
         self.dead = dead or dead_key(key)
         self.processing = processing or processing_key(key)
         self.recovery = recovery_zset or claims_key(key)
+        self.deliveries = deliveries_key(key)
+        self.reasons = reasons_key(self.dead)
         self.min_idle = min_idle
         self.recovery_ttl = recovery_ttl
         if reliable:
@@ -226,14 +265,20 @@ class ListConsumer(_Consumer):
             raise ConfigurationError(
                 "processing, recovery_zset, min_idle and recovery_ttl are for reliable lists"
             )
+        elif core.cluster and self.max_deliveries is not None:
+            self._check_slots()
         interval = min((min_idle or 4.0) / 4, 5.0) if sweep_interval is None else sweep_interval
-        super().__init__(core, block, interval)
+        super().__init__(core, block, interval, runner)
         self.name = f"jobyard-list-{key}"
         self._client = core.client_for(binary=True)
         self._scripts = core.scripts
 
     def _check_slots(self) -> None:
-        keys = {"processing": self.processing, "recovery set": self.recovery, "dead": self.dead}
+        keys = {"dead": self.dead, "dead reasons": self.reasons}
+        if self.reliable:
+            keys.update(processing=self.processing, **{"recovery set": self.recovery})
+        if self.max_deliveries is not None:
+            keys["delivery counts"] = self.deliveries
         slot = _slot(self.key)
         off = {role: k for role, k in keys.items() if _slot(k) != slot}
         if not off:
@@ -267,8 +312,23 @@ class ListConsumer(_Consumer):
         self._settle(entry, self._handle(entry))
         return 1
 
+    def _keys(self) -> list[str]:
+        """The KEYS of list_recover and list_settle."""
+        return [
+            self.key,
+            self.processing,
+            self.recovery,
+            self.dead,
+            self.deliveries,
+            self.reasons,
+        ]
+
+    def _cap(self) -> str:
+        return "" if self.max_deliveries is None else str(self.max_deliveries)
+
     def sweep(self) -> list[bytes]:
-        """The watchdog: return entries idle longer than min_idle to the list."""
+        """The watchdog: return entries idle longer than min_idle to the list (or, past
+        ``max_deliveries``, move them to the dead list). The entries returned."""
         assert self.min_idle is not None
         args = [
             self._now_ms(),
@@ -276,19 +336,27 @@ class ListConsumer(_Consumer):
             self.pop,
             "" if self.recovery_ttl is None else str(int(self.recovery_ttl * 1000)),
             "1000",
+            self._cap(),
         ]
-        keys = [self.key, self.processing, self.recovery]
+        keys = self._keys()
         script = self._scripts["list_recover"]
         # Safe to repeat: a repeat finds the entries it returned no longer idle.
-        back: list[bytes] = self.core.call(
-            lambda: script(keys=keys, args=args, client=self._client)
-        )
+        back, dead = self.core.call(lambda: script(keys=keys, args=args, client=self._client))
         for entry in back:
             log.warning(
                 "list %s: entry idle past min_idle returned to the list: %r", self.key, entry
             )
+        for entry in dead:
+            log.warning(
+                "list %s: entry idle past min_idle reached max_deliveries=%s, moved to %s: %r",
+                self.key,
+                self.max_deliveries,
+                self.dead,
+                entry,
+            )
         self.recovered += len(back)
-        return back
+        self.dropped += len(dead)
+        return list(back)
 
     def _take(self, block: float) -> bytes | None:
         keys = [self.key, self.processing, self.recovery]
@@ -325,36 +393,30 @@ class ListConsumer(_Consumer):
         got = fn([self.key], timeout=block)
         return None if got is None else bytes(got[1])
 
-    def _handle(self, entry: bytes) -> tuple[str, float]:
-        """Run the handler; the action to take: ack, requeue, hold (with a delay) or drop."""
-        try:
-            value = json.loads(entry)
-        except ValueError:
-            log.warning("list %s: entry is not JSON, moved to %s: %r", self.key, self.dead, entry)
-            return "drop", 0.0
-        try:
-            _invoke(self.handler, value)
-        except Retry as r:
-            return ("hold", r.delay) if r.delay and self.reliable else ("requeue", 0.0)
-        except Drop as d:
+    def _handle(self, entry: bytes) -> tuple[str, float, str]:
+        """Run the handler (through the core's runner); the action to take: ack, requeue,
+        hold (with a delay) or drop, and why (kept as a dead entry's reason)."""
+        verdict = self.runner("list", self.key, "", self.handler, lambda: json.loads(entry))
+        if verdict.action == "retry":
+            if verdict.delay and self.reliable:
+                return "hold", verdict.delay, verdict.reason
+            return "requeue", 0.0, verdict.reason
+        if verdict.action == "drop":
             log.warning(
-                "list %s: entry dropped to %s (%s): %r", self.key, self.dead, d.reason, entry
+                "list %s: entry dropped to %s (%s): %r", self.key, self.dead, verdict.reason, entry
             )
-            return "drop", 0.0
-        except Exception:
-            log.exception("list %s: handler failed; the entry goes back on the list", self.key)
-            return "requeue", 0.0
-        return "ack", 0.0
+            return "drop", 0.0, verdict.reason
+        return "ack", 0.0, ""
 
-    def _settle(self, entry: bytes, outcome: tuple[str, float]) -> None:
-        action, delay = outcome
+    def _settle(self, entry: bytes, outcome: tuple[str, float, str]) -> None:
+        action, delay, why = outcome
         if action == "ack":
             self.acked += 1
         elif action == "drop":
             self.dropped += 1
         else:
             self.retried += 1
-        if not self.reliable:
+        if not self.reliable and self.max_deliveries is None:
             # Pushes are sent once: a repeat after a lost reply would push the entry twice.
             if action == "requeue":
                 self.core.call_once(
@@ -365,18 +427,28 @@ class ListConsumer(_Consumer):
             elif action == "drop":
                 self.core.call_once("list_drop", lambda c: c.rpush(self.dead, entry), binary=True)
             return
-        assert self.min_idle is not None
         hold = ""
         if action == "hold":
+            assert self.min_idle is not None
             now = self._now_ms()
             now_ms = int(now) if now else int(self._client.time()[0]) * 1000
             hold = str(now_ms + int(delay * 1000) - int(self.min_idle * 1000))
-        keys = [self.key, self.processing, self.recovery, self.dead]
-        args: list[bytes | str] = [entry, action, self.pop, hold]
+        simple = "" if self.reliable else "1"
+        args: list[bytes | str] = [entry, action, self.pop, hold, self._cap(), why[:500], simple]
         # Sent once: with identical entries taken, a repeat would settle another one's copy. A
         # settle whose reply was lost either ran or leaves the entry taken, back after min_idle.
-        still = self.core.run_once("list_settle", keys, args, binary=True)
-        if not still:
+        still = self.core.run_once("list_settle", self._keys(), args, binary=True)
+        if still == 2:
+            self.retried -= 1
+            self.dropped += 1
+            log.warning(
+                "list %s: entry reached max_deliveries=%s, moved to %s: %r",
+                self.key,
+                self.max_deliveries,
+                self.dead,
+                entry,
+            )
+        elif not still:
             log.warning(
                 "list %s: the watchdog had returned the entry to the list before its handler "
                 "finished (min_idle too short?); it will be delivered again",
@@ -404,6 +476,12 @@ class StreamConsumer(_Consumer):
 
     ``insert``: how reply jobs reach the store (the backend's ``jobs_insert``), needed with
     ``reply``.
+
+    ``max_deliveries``: the most times an entry is handed to a handler. The stream counts
+    deliveries itself (each ``XREADGROUP`` and ``XAUTOCLAIM`` of an entry raises its count in
+    the group's pending entries list); a takeover that finds an entry's count past the cap
+    moves it to the dead list with the reason (as ``Drop`` does) instead of handling it, so an
+    entry whose handler keeps failing, or whose consumers keep dying, ends there.
     """
 
     def __init__(
@@ -413,6 +491,8 @@ class StreamConsumer(_Consumer):
         handler: Callable[[Any], Any],
         *,
         insert: Callable[..., Any] | None = None,
+        enqueue: EntryEnqueue | None = None,
+        runner: EntryRunner | None = None,
         group: str | None = None,
         reply: Any = None,
         reply_ttl: float | None = None,
@@ -424,9 +504,11 @@ class StreamConsumer(_Consumer):
         dead: str | None = None,
         block: float = 1.0,
         sweep_interval: float | None = None,
+        max_deliveries: int | None = None,
     ) -> None:
         if not isinstance(stream, str) or not stream:
             raise ConfigurationError("consume_stream needs the stream's key")
+        self.max_deliveries = check_max_deliveries(max_deliveries)
         if not group:
             raise ConfigurationError("consume_stream needs group=: the consumer group's name")
         if min_idle <= 0:
@@ -442,7 +524,7 @@ class StreamConsumer(_Consumer):
         if count < 1:
             raise ConfigurationError("count must be at least 1")
         interval = min(min_idle / 4, 5.0) if sweep_interval is None else sweep_interval
-        super().__init__(core, block, interval)
+        super().__init__(core, block, interval, runner)
         self.stream = stream
         self.handler = handler
         self.group = group
@@ -456,6 +538,7 @@ class StreamConsumer(_Consumer):
         self.dead = dead or dead_key(stream)
         self.name = f"jobyard-stream-{stream}"
         self._insert = insert
+        self._enqueue = enqueue
         self._client = core.client_for(binary=True)
         self._group_ready = False
 
@@ -518,7 +601,17 @@ class StreamConsumer(_Consumer):
                 binary=True,
             )
             cursor, entries = reply[0], reply[1]
+            counts = self._deliveries(entries)
             for entry_id, fields in entries:
+                times = counts.get(entry_id, 0)
+                if self.max_deliveries is not None and times > self.max_deliveries and fields:
+                    reason = (
+                        f"delivered {times - 1} times (max_deliveries={self.max_deliveries}) "
+                        "without being acknowledged: its handler failed or its consumer stopped "
+                        "each time"
+                    )
+                    self._drop(entry_id, fields, reason)
+                    continue
                 log.warning(
                     "stream %s: took over entry %r left unacknowledged", self.stream, entry_id
                 )
@@ -527,6 +620,25 @@ class StreamConsumer(_Consumer):
                 handled += 1
             if cursor in (b"0-0", "0-0") or not entries:
                 return handled
+
+    def _deliveries(self, entries: list[Any]) -> dict[bytes, int]:
+        """How many times each entry just taken over has been delivered, this takeover
+        included (the group's own count, read from its pending entries list); {} without a
+        cap. The entries of one XAUTOCLAIM are in id order and now all this consumer's."""
+        if self.max_deliveries is None or not entries:
+            return {}
+        first, last = entries[0][0], entries[-1][0]
+        rows = self.core.call(
+            lambda: self._client.xpending_range(
+                self.stream,
+                self.group,
+                min=first,
+                max=last,
+                count=len(entries) + 100,
+                consumername=self.consumer,
+            )
+        )
+        return {r["message_id"]: int(r["times_delivered"]) for r in rows}
 
     def _autoclaim(self, client: Any, cursor: Any) -> Any:
         return client.xautoclaim(
@@ -547,35 +659,33 @@ class StreamConsumer(_Consumer):
         if fields is None:  # deleted from the stream meanwhile: nothing to do
             self._ack(entry_id)
             return
-        try:
-            value = self._decode(fields)
-        except (ValueError, KeyError) as exc:
-            self._drop(entry_id, fields, f"undecodable entry: {type(exc).__name__}: {exc}")
+        verdict = self.runner(
+            "stream", self.stream, entry_id.decode(), self.handler, lambda: self._decode(fields)
+        )
+        if verdict.action == "drop":
+            self._drop(entry_id, fields, verdict.reason)
             return
-        try:
-            result = _invoke(self.handler, value)
-        except Drop as d:
-            self._drop(entry_id, fields, d.reason)
-            return
-        except Retry:
+        if verdict.action == "retry":
             self.retried += 1  # stays pending: taken over again after min_idle
             return
-        except Exception:
-            self.retried += 1
-            log.exception(
-                "stream %s: handler failed on %r; redelivered after min_idle", self.stream, entry_id
-            )
-            return
+        result = verdict.result
         if self.reply is not None and result is not None:
             try:
                 job = self._reply_job(entry_id, result)
             except TypeError as exc:
                 self._drop(entry_id, fields, f"the reply is not JSON: {exc}")
                 return
-            assert self._insert is not None
-            self._insert(JobsInsertParams([job]), queue_ttl=self.reply_ttl)
+            if self._enqueue is not None:
+                self._enqueue([job], send=self._send_reply)
+            else:
+                self._send_reply(JobsInsertParams([job]))
         self._ack(entry_id)
         self.acked += 1
+
+    def _send_reply(self, params: JobsInsertParams) -> list[Inserted]:
+        assert self._insert is not None
+        inserted: list[Inserted] = self._insert(params, queue_ttl=self.reply_ttl)
+        return inserted
 
     def _reply_job(self, entry_id: bytes, result: Any) -> NewJob:
         job: NewJob = self.reply.opts.new_job((result,), {})

@@ -5,6 +5,7 @@ Layout (``P`` is the URL's ``prefix=``, default ``jobyard``)::
     {P}:seq                  string  job numbers, INCRBY (one sequence for every queue)
     {P}:queues               set     every queue that was ever written to or configured
     {P}:wake:<queue>         list    wake tokens: inserts LPUSH, waiting workers BLPOP
+    {P}:wakeworker:<id>      list    one worker's own wake token (jobs_wake, when it stops)
     {P}:workers              zset    worker id -> last_seen
     {P}:workers:info         hash    worker id -> WorkerInfo as JSON
     {P}:schedules            hash    schedule name -> its job's queue (where its hash lives)
@@ -117,6 +118,11 @@ class Keys:
         """The wake list of a queue (on the global tag, so one BLPOP covers many queues)."""
         return "{" + self.prefix + "}:wake:" + queue
 
+    def worker_wake(self, worker_id: str) -> str:
+        """A worker's own wake list, read with its queues' by its waiting claim: ``jobs_wake``
+        pushes on it when the worker stops (on the global tag, like the queues' lists)."""
+        return "{" + self.prefix + "}:wakeworker:" + worker_id
+
     def tag(self, queue: str) -> str:
         """The hash tag every key of ``queue`` carries."""
         return "{" + self.prefix + ":" + queue + "}"
@@ -129,6 +135,11 @@ class Keys:
     def job(self, queue: str, number: str) -> str:
         """The hash of one job."""
         return f"{self.tag(queue)}:job:{number}"
+
+    def job_limits(self, queue: str) -> str:
+        """The hash of a queue's job limits (job name -> its limits, ``limits_sync``), read by
+        the claim's gate."""
+        return f"{self.tag(queue)}:joblimits"
 
     def owed(self, queue: str) -> str:
         """The hash of completed jobs of ``queue`` (number -> dependents) whose release of a
@@ -178,3 +189,13 @@ def claims_key(key: str) -> str:
 def dead_key(key: str) -> str:
     """Where dropped and undecodable entries go, so none is lost silently."""
     return key + ".dead"
+
+
+def deliveries_key(key: str) -> str:
+    """A list's delivery counts (entry -> deliveries without an ack), with ``max_deliveries``."""
+    return key + ".deliveries"
+
+
+def reasons_key(dead: str) -> str:
+    """Why each entry of a list's dead list is there (entry -> reason)."""
+    return dead + ".reasons"

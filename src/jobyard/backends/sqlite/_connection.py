@@ -12,9 +12,16 @@ from collections.abc import Iterator
 
 from ..._secrets import mask_url
 from ...errors import ConfigurationError, JobyardError
+from ..base import error_line
 
 PREFIX = "sqlite:///"
 BUSY_TIMEOUT = 10.0  # seconds a statement waits for another connection's write lock
+# While a maintenance checkpoints the WAL (``store_tidy``), the store's connections do not:
+# SQLite's auto-checkpoint runs inside the commit that passes 1,000 WAL pages, a claim's or an
+# ack's, fsync included (bench/sqlite_checkpoints.py). Past this many seconds without a
+# maintenance checkpoint (the worker stopped), they checkpoint themselves again.
+CHECKPOINTER_GONE = 10.0
+AUTO_CHECKPOINT_PAGES = 1000  # SQLite's default
 
 _ABANDONED: list[sqlite3.Connection] = []  # inherited over a fork: never used, never closed
 
@@ -69,13 +76,24 @@ class Connections:
         self._all: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
         self._pid = os.getpid()
         self._closed = False
+        self._checkpointed_until = 0.0  # monotonic: a maintenance checkpoints until then
+
+    def checkpointing(self) -> None:
+        """A maintenance checkpoints the WAL now and again: this process's connections leave
+        it to that maintenance for :data:`CHECKPOINTER_GONE` seconds (each at its next use)."""
+        self._checkpointed_until = time.monotonic() + CHECKPOINTER_GONE
 
     def get(self) -> sqlite3.Connection:
-        """This thread's connection."""
+        """This thread's connection, its auto-checkpoint off while a maintenance checkpoints."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and self._pid == os.getpid():
-            return conn
-        return self._open()
+        if conn is None or self._pid != os.getpid():
+            conn = self._open()
+        manual = self._checkpointed_until > 0.0 and time.monotonic() < self._checkpointed_until
+        if manual != getattr(self._local, "manual", False):
+            pages = 0 if manual else AUTO_CHECKPOINT_PAGES
+            conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")  # an int: no injection
+            self._local.manual = manual
+        return conn
 
     def _open(self) -> sqlite3.Connection:
         with self._lock:
@@ -94,6 +112,7 @@ class Connections:
             conn = connect(self.path)
             self._all.append((weakref.ref(threading.current_thread()), conn))
             self._local.conn = conn
+            self._local.manual = False
             return conn
 
     def _close_orphans(self) -> None:
@@ -123,6 +142,14 @@ def _lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def _error_line(error: object) -> str:
+    """jobyard_error_line(CAST(text AS BLOB)): bytes decoded leniently, as _lenient_text reads
+    text (a TEXT argument that is not UTF-8 would fail the statement before the call)."""
+    if isinstance(error, bytes):
+        return error_line(error.decode("utf-8", "replace"))
+    return error_line(error if isinstance(error, str) else None)
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open ``path`` set up for many processes: WAL, NORMAL sync, a busy timeout.
 
@@ -143,6 +170,9 @@ def connect(path: str) -> sqlite3.Connection:
         # A TEXT value that is not UTF-8 (written by another program) must not make a whole
         # listing or claim fail: the bad bytes read as U+FFFD.
         conn.text_factory = _lenient_text
+        # The dead letter's grouping line (base.error_line), so that dead_groups groups in SQL
+        # and hands back one row per group, not one per failed job.
+        conn.create_function("jobyard_error_line", 1, _error_line, deterministic=True)
         _wal(conn)
         # NORMAL in WAL mode loses no committed transaction on a process crash, only possibly
         # the last ones on power loss, and saves an fsync per commit.

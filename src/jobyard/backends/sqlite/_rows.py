@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .._stored import limits_from
 from ..base import ClaimedJob, JobRecord, NewJob, QueueConfig, Schedule, WorkerInfo
 
 
@@ -63,6 +64,7 @@ def record(r: Sequence[Any]) -> JobRecord:
         workflow_id=r[22],
         depends_on=ids(r[23]),
         dependents=ids(r[24]),
+        key=r[25],
     )
 
 
@@ -72,9 +74,10 @@ def ids(value: Any) -> tuple[str, ...]:
     return () if value is None else tuple(str(i) for i in json.loads(value))
 
 
-def claim_order(r: Sequence[Any]) -> tuple[int, float, int]:
-    """Sort key of a ``jobs_claim`` row: priority DESC, run_at, id (RETURNING keeps no order)."""
-    return (-r[12], r[13], r[0])
+def claim_order(r: Sequence[Any]) -> tuple[int, int, float, int]:
+    """Sort key of a ``jobs_claim`` row: priority DESC, turn, run_at, id (RETURNING keeps no
+    order)."""
+    return (-r[12], r[14], r[13], r[0])
 
 
 def claimed(r: Sequence[Any]) -> ClaimedJob:
@@ -92,6 +95,7 @@ def claimed(r: Sequence[Any]) -> ClaimedJob:
         token=r[9],
         delivery=r[10],
         parent_id=r[11],
+        run_at=float_or_none(r[13]),
     )
 
 
@@ -105,6 +109,7 @@ def queue_config(r: Sequence[Any]) -> QueueConfig:
         max_pending=r[4],
         paused=bool(r[5]),
         retention=r[6],
+        limits=limits_from(r[7:14], r[14]),
     )
 
 

@@ -37,31 +37,45 @@ from ...errors import (
     QueueFull,
     SchemaError,
 )
-from .._stored import parse_numeric_id, readable, storable
+from .._stored import limit_columns, limit_stats, limits_from, parse_numeric_id, readable, storable
 from ..base import (
     AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ERROR_TAIL,
     FINISHED,
     LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
-    ClaimedJob,
+    THROUGHPUT_KEEP,
+    Claimed,
+    DeadGroup,
+    DeadGroups,
+    DeadGroupsParams,
     Inserted,
+    JobLimits,
     JobRecord,
     JobsAckParams,
+    JobsCancelManyParams,
     JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
+    JobsPage,
     JobsPurgeParams,
+    JobsSearchParams,
     JobsWaitParams,
+    JobsWakeParams,
     LeasesReapParams,
     LeasesRenewParams,
+    LimitsStatsParams,
+    LimitsSyncParams,
+    LimitStats,
     NewJob,
     Purged,
     QueueConfig,
+    QueuesNamesParams,
     QueueStats,
     Reaped,
     Renewed,
@@ -73,9 +87,12 @@ from ..base import (
     StatsParams,
     StoreInfo,
     StoreTidyParams,
+    ThroughputMinute,
+    ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
     refuse_connection,
+    sort_groups,
 )
 from . import _rows
 from ._connection import Connections, parse_url, read, write
@@ -93,6 +110,8 @@ _ACK_QUERIES = {
 }
 
 
+# WAL frames (pages) past which store_tidy restarts the WAL: about 40 MB at 4 KiB pages.
+WAL_RESTART_FRAMES = 10_000
 # What a wait has seen: the in-process change counters of its queues, and PRAGMA data_version.
 _Marks = tuple[tuple[int, ...], int]
 
@@ -238,6 +257,7 @@ class SQLiteBackend:
                     "workflow_id": job.workflow_id,
                     "fanin": len(job.after),
                     "fanout": fanout[position],
+                    "key": job.key,
                     "payload": job.payload,
                 },
             ).fetchone()
@@ -259,7 +279,10 @@ class SQLiteBackend:
             ).fetchone()
             if holder is None:  # pragma: no cover - would mean the index is missing
                 raise JobyardError(f"insert of a {job.name!r} job was refused for no reason")
-            out.append(Inserted(str(holder[0]), False))
+            replaced = job.on_conflict == "replace" and self._replace(conn, now, holder[0], job)
+            if replaced:
+                touched.add(job.queue)  # its run_at may have moved closer
+            out.append(Inserted(str(holder[0]), False, replaced))
         # Counted under the write lock after the batch, so concurrent producers cannot both
         # squeeze in under max_pending.
         for queue in sorted(counted):
@@ -267,6 +290,20 @@ class SQLiteBackend:
             if full is not None:
                 raise QueueFull(queue, full[0])
         return out, touched
+
+    def _replace(self, conn: sqlite3.Connection, now: float, job_id: int, job: NewJob) -> bool:
+        """Give the pending job ``job_id`` the payload of ``job`` (and its run_at, when it sets
+        one), inside the insert's write transaction; False if that job is running."""
+        moved = job.run_at is not None or job.delay != 0
+        args = {
+            "id": job_id,
+            "payload": job.payload,
+            "moved": moved,
+            "run_at": job.run_at,
+            "delay": job.delay,
+            "now": now,
+        }
+        return conn.execute(self._q["jobs_replace"], args).fetchone() is not None
 
     def jobs_get(self, job_id: str) -> JobRecord | None:
         """One job, or ``None`` (also for an id that is not a number)."""
@@ -300,6 +337,60 @@ class SQLiteBackend:
         rows = self._conns.get().execute(self._q[name], args).fetchall()
         return [_rows.record(row) for row in rows]
 
+    def jobs_search(self, params: JobsSearchParams) -> JobsPage:
+        """A page by cursor (an id): the newest ``scan`` jobs below it walked by primary key
+        (failed or cancelled ones through jobs_dead, a key through jobs_key), filtered, then
+        the hits read by id; one read snapshot."""
+        p = params
+        before = None if p.before is None else parse_numeric_id(p.before)
+        if p.before is not None and before is None:
+            raise ValueError(f"invalid cursor {p.before!r}")
+        args = {
+            "before": 2**63 - 1 if before is None else before,  # a range, never "IS NULL OR"
+            "queue": p.queue,
+            "status": p.status,
+            "name": p.name,
+            "key": p.idempotency_key,
+            "contains": p.contains,
+            "error_contains": p.error_contains,
+            "limit": p.limit,
+            "scan": p.scan,
+        }
+        if p.idempotency_key is not None:
+            name = "jobs_search_key"
+        elif p.status in DEAD:
+            name = "jobs_search_dead"
+        else:
+            name = "jobs_search"
+        conn = self._conns.get()
+        with read(conn):  # one snapshot: the hits, the extent of the walk, the records
+            hits = sorted((r[0] for r in conn.execute(self._q[name], args)), reverse=True)
+            full = len(hits) == p.limit
+            ends = {**args, "low": hits[-1] if full else 0}
+            scanned, low = conn.execute(self._q[name + "_end"], ends).fetchone()
+            records: list[JobRecord] = []
+            if hits:
+                listed = {"ids": json.dumps(hits), "limit": len(hits), "offset": 0}
+                listed.update(dict.fromkeys(("workflow_id", "queue", "status", "name")))
+                found = conn.execute(self._q["jobs_list_ids"], listed).fetchall()
+                records = [_rows.record(r) for r in found]
+        if full:
+            cursor: str | None = str(hits[-1])
+        else:
+            cursor = str(low) if scanned == p.scan else None
+        return JobsPage(records, cursor, scanned)
+
+    def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
+        """The newest ``scan`` failed jobs through jobs_dead, grouped in one statement."""
+        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        rows = self._conns.get().execute(self._q["dead_groups"], args).fetchall()
+        groups = [
+            DeadGroup(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6]))
+            for r in rows
+        ]
+        walked = int(rows[0][7]) if rows else 0
+        return DeadGroups(sort_groups(groups), min(walked, params.scan), walked <= params.scan)
+
     def jobs_cancel(self, params: JobsCancelParams) -> JobRecord:
         """Pending -> cancelled; running: a request recorded; JobNotFound or
         InvalidTransition otherwise."""
@@ -325,6 +416,23 @@ class SQLiteBackend:
             if rec.status == "cancelled":
                 self._count(conn, Counter({(rec.queue, "cancelled"): 1}))
         return rec
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs in one statement and one write; refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {
+            "ids": json.dumps(list(keys)),
+            "now": self.clock.now(),
+            "by": storable(params.by),
+            "pending_only": params.pending_only,
+        }
+        with self._writing() as conn:
+            rows = conn.execute(self._q["jobs_cancel_many"], args).fetchall()
+            self._count(conn, Counter((queue, st) for _, queue, st in rows if st == "cancelled"))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""
@@ -358,20 +466,27 @@ class SQLiteBackend:
             return Purged()
         q = self._q
         with self._writing() as conn:
+            only = None
+            if params.ids is not None:
+                only = json.dumps(sorted({k for k in map(parse_numeric_id, params.ids) if k}))
             args = {
                 "statuses": json.dumps(statuses),
                 "older_than": params.older_than,
                 "queue": params.queue,
                 "now": self._now(conn),
+                "only": only,
             }
-            queues = (
-                [params.queue]
-                if params.queue is not None
-                else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
-            )
             rows = []
-            for queue in queues:  # one index range per queue and status (see jobs_purge)
-                rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
+            if only is not None:
+                rows = conn.execute(q["jobs_purge_ids"], args).fetchall()
+            else:
+                queues = (
+                    [params.queue]
+                    if params.queue is not None
+                    else [r[0] for r in conn.execute(q["jobs_purge_queues"], args)]
+                )
+                for queue in queues:  # one index range per queue and status (see jobs_purge)
+                    rows += conn.execute(q["jobs_purge"], {**args, "queue": queue}).fetchall()
             # Workflows: the steps that can never run now go too, and every job deleted before
             # it completed no longer holds its inputs; those it freed go if they match.
             inputs = [r[2] for r in rows if r[1] != "completed" and r[4] > 0]
@@ -402,9 +517,11 @@ class SQLiteBackend:
 
     # worker side ------------------------------------------------------------------------------
 
-    def jobs_claim(self, params: JobsClaimParams) -> list[ClaimedJob]:
-        """Claim due jobs in one statement under the write lock (see ``jobs_claim`` in SQL);
-        with ``wait``, after the push signal (:meth:`jobs_wait`)."""
+    def jobs_claim(self, params: JobsClaimParams) -> Claimed:
+        """Claim due jobs in one statement under the write lock, through the gate (see
+        ``jobs_claim`` and its fragments in SQL); with ``wait``, after the push signal
+        (:meth:`jobs_wait`). In the same transaction the rate buckets and the fair rounds of
+        what was claimed move on; a claim that came back short reads when a rate opens."""
         if params.wait > 0:
             # From where this worker's previous wait left off: a change since then may have
             # come after the claim that preceded this one (made by another of its threads).
@@ -413,20 +530,32 @@ class SQLiteBackend:
             marks = self._wait(queues, params.wait, since)[1]
             self._waiters[(params.worker_id, *queues)] = marks
         if params.limit <= 0 or not params.queues:
-            return []
+            return Claimed()
+        q = self._q
+        names = json.dumps(list(params.queues))
+        next_open = None
         with self._writing() as conn:
+            now = self._now(conn)
             rows = conn.execute(
-                self._q["jobs_claim"],
-                {
-                    "now": self.clock.now(),
-                    "queues": json.dumps(list(params.queues)),
-                    "limit": params.limit,
-                    "worker_id": params.worker_id,
-                },
+                q["jobs_claim"],
+                {"now": now, "queues": names, "limit": params.limit, "worker_id": params.worker_id},
             ).fetchall()
+            if rows:
+                ids = json.dumps([r[0] for r in rows])
+                conn.execute(q["limit_buckets_take"], {"now": now, "ids": ids})
+                turns: dict[str, int] = {}
+                for r in rows:
+                    if r[14] > turns.get(r[2], 0):
+                        turns[r[2]] = r[14]
+                if turns:
+                    conn.execute(q["queues_turn_round"], {"turns": json.dumps(turns)})
+            if len(rows) < params.limit:
+                next_open = conn.execute(
+                    q["limits_next_open"], {"now": now, "queues": names}
+                ).fetchone()[0]
         # RETURNING yields rows in no promised order; hand them out in claim order.
         rows.sort(key=_rows.claim_order)
-        return [_rows.claimed(r) for r in rows]
+        return Claimed([_rows.claimed(r) for r in rows], next_open)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply a batch of outcomes in one transaction; the ids whose token was stale."""
@@ -482,6 +611,7 @@ class SQLiteBackend:
                 elif cursor.rowcount != 1:
                     stale.append(outcome.id)
             self._count(conn, moved)
+            self._tally(conn, now, moved)
             if inputs:
                 # Same transaction as the completions: SQLite's single writer makes the
                 # release of a join exactly once, however its inputs' acks race.
@@ -505,6 +635,22 @@ class SQLiteBackend:
         ]
         if rows:
             conn.executemany(self._q["counts_add"], rows)
+
+    def _tally(
+        self, conn: sqlite3.Connection, now: float | None, moved: Counter[tuple[str, str]]
+    ) -> None:
+        """Add the completed and failed jobs of an ack or reap to the throughput history
+        (0010_throughput.sql) inside the caller's write: one row per queue."""
+        per: dict[str, list[int]] = {}
+        for (queue, status), n in moved.items():
+            if n and status in ("completed", "failed"):
+                per.setdefault(queue, [0, 0])[status == "failed"] += n
+        rows = [
+            {"queue": q, "now": now, "completed": c, "failed": f}
+            for q, (c, f) in sorted(per.items())
+        ]
+        if rows:
+            conn.executemany(self._q["throughput_add"], rows)
 
     def jobs_wait(self, params: JobsWaitParams) -> bool:
         """Block until a job may have become due in ``queues``, or ``timeout`` passes."""
@@ -550,10 +696,20 @@ class SQLiteBackend:
             if current != version:
                 version = current
                 due = conn.execute(
-                    q["jobs_due"], {"queues": json.dumps(queues), "now": self.clock.now()}
+                    q["jobs_due"],
+                    {"queues": json.dumps(queues), "now": self.clock.now(), "limit": 1},
                 ).fetchone()[0]
                 if due:
                     return True, (seen, version)
+
+    def jobs_wake(self, params: JobsWakeParams) -> None:
+        """Wake the waiters of those queues, as an insert does (in-process, and the doorbell
+        that the waiters of other processes check against the file's data_version). The
+        worker's next waiting claim returns at once even if it was not waiting yet: its mark
+        is set to one no snapshot equals."""
+        queues = list(dict.fromkeys(params.queues))
+        self._waiters[(params.worker_id, *queues)] = ((-1,), -1)
+        self._shared.notify(queues)
 
     def leases_renew(self, params: LeasesRenewParams) -> Renewed:
         """Extend each lease still held, with its progress; the lost ones and the cancel
@@ -602,24 +758,43 @@ class SQLiteBackend:
                     "cancel_lost_error": CANCEL_LOST_ERROR,
                 },
             ).fetchall()
-            self._count(conn, Counter((r[2], r[1]) for r in rows if r[1] != "pending"))
+            finished = Counter((r[2], r[1]) for r in rows if r[1] != "pending")
+            self._count(conn, finished)
+            self._tally(conn, self.clock.now(), finished)
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()
-        return [Reaped(str(r[0]), r[1]) for r in rows]
+        return [Reaped(str(r[0]), r[1], r[3], r[2]) for r in rows]
 
     def jobs_expire(self, params: JobsExpireParams) -> int:
-        """Nothing expires by itself here: finished jobs stay until purged (``jobs_purge``, a
-        worker's ``retention``)."""
+        """No job expires by itself here: finished jobs stay until purged (``jobs_purge``, a
+        worker's ``retention``). Throughput minutes past :data:`THROUGHPUT_KEEP` are dropped."""
+        with self._writing() as conn:
+            conn.execute(
+                self._q["throughput_prune"], {"now": self.clock.now(), "keep": THROUGHPUT_KEEP}
+            )
         return 0
+
+    def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:
+        """The kept minutes since ``now - since`` (one range of the primary key)."""
+        args = {
+            "now": self.clock.now(),
+            "since": float(params.since),
+            "queues": json.dumps(list(params.queues)),
+        }
+        rows = self._conns.get().execute(self._q["throughput_get"], args).fetchall()
+        return [ThroughputMinute(r[0], float(r[1]), int(r[2]), int(r[3])) for r in rows]
 
     # queues, workers, stats -------------------------------------------------------------------
 
     def queues_configure(self, config: QueueConfig) -> None:
-        """Create or replace a queue's settings."""
+        """Create or replace a queue's settings; a queue that stops being fair gives its
+        pending jobs the plain order back."""
+        q = self._q
         with self._writing() as conn:
+            was = {r.name: r for r in map(_rows.queue_config, conn.execute(q["queues_list"]))}
             conn.execute(
-                self._q["queues_configure"],
+                q["queues_configure"],
                 {
                     "name": config.name,
                     "max_concurrency": config.max_concurrency,
@@ -628,8 +803,13 @@ class SQLiteBackend:
                     "max_pending": config.max_pending,
                     "paused": int(config.paused),
                     "retention": config.retention,
+                    **limit_columns(config.limits),
+                    "fair": int(config.limits.fair),
                 },
             )
+            old = was.get(config.name)
+            if old is not None and old.limits.fair and not config.limits.fair:
+                conn.execute(q["queues_unfair"], {"name": config.name})
         # Resuming a queue or raising its max_concurrency can make waiting jobs claimable.
         self._shared.notify((config.name,))
 
@@ -669,6 +849,41 @@ class SQLiteBackend:
             rows = conn.execute(self._q["workers_list"]).fetchall()
         return [_rows.worker(r) for r in rows]
 
+    def limits_sync(self, params: LimitsSyncParams) -> None:
+        """Store (or, empty, delete) each job name's limits, in one transaction."""
+        q = self._q
+        with self._writing() as conn:
+            for job in params.jobs:
+                where = {"queue": job.queue, "name": job.name}
+                if job.limits:
+                    conn.execute(q["job_limits_upsert"], {**where, **limit_columns(job.limits)})
+                else:
+                    conn.execute(q["job_limits_delete"], where)
+        self._shared.notify(tuple({job.queue for job in params.jobs}))
+
+    def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
+        """Each limited scope, from one read snapshot (see :func:`limit_stats`)."""
+        q = self._q
+        conn = self._conns.get()
+        with read(conn):
+            now = self._now(conn)
+            queues = [_rows.queue_config(r) for r in conn.execute(q["queues_list"])]
+            named = [
+                JobLimits(r[0], r[1], limits_from(r[2:9]))
+                for r in conn.execute(q["job_limits_list"])
+            ]
+            counts = conn.execute(
+                q["limits_scope_counts"], {"queues": json.dumps(list(params.queues))}
+            ).fetchall()
+            buckets = {(r[0], r[1] or None): r[2:] for r in conn.execute(q["limit_buckets_list"])}
+        return limit_stats(params, now, queues, named, counts, buckets)
+
+    def queues_names(self, params: QueuesNamesParams) -> list[str]:
+        """The queues holding finished jobs of those statuses: job_counts' rows, never a count."""
+        args = {"statuses": json.dumps(list(params.statuses))}
+        rows = self._conns.get().execute(self._q["jobs_purge_queues"], args).fetchall()
+        return sorted(r[0] for r in rows)
+
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Counts by status per queue that has jobs or a configuration, by name."""
         q = self._q
@@ -682,19 +897,44 @@ class SQLiteBackend:
             for (name,) in conn.execute(q["stats_configured"], {"queues": wanted}):
                 counts.setdefault(name, dict.fromkeys(STATUSES, 0))
             names = sorted(counts)
-            recent = dict(
-                conn.execute(
-                    q["stats_recent"], {"names": json.dumps(names), "now": self.clock.now()}
-                ).fetchall()
-            )
-        return [QueueStats(name, counts[name], recent.get(name, 0)) for name in names]
+            at = {"names": json.dumps(names), "now": self.clock.now()}
+            recent = dict(conn.execute(q["stats_recent"], at).fetchall()) if params.recent else {}
+            oldest = dict(conn.execute(q["stats_oldest"], at).fetchall())
+        return [
+            QueueStats(name, counts[name], recent.get(name, 0), oldest.get(name)) for name in names
+        ]
 
     # time and recurring jobs ------------------------------------------------------------------
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
-        """Nothing to tidy: a status change updates a row in place, and SQLite reuses the
-        pages of deleted rows itself."""
-        return []
+        """Checkpoint the WAL here, off the hot path: while this runs (every worker's
+        maintenance, about once a second, on a thread of its own) the store's connections in
+        this process do not checkpoint inside their commits (``Connections.checkpointing``).
+        A PASSIVE checkpoint waits for no one; a WAL that readers kept from being reused and
+        that grew past :data:`WAL_RESTART_FRAMES` is checkpointed with RESTART, which waits
+        for them (writers too) at most 100 ms. One line for a restart, none otherwise.
+
+        First, the rate buckets whose tat is past are forgotten (an idle key leaves no row),
+        in a write transaction only when a read found some."""
+        conn = self._conns.get()
+        now = self._now(conn)
+        if conn.execute(self._q["limit_buckets_lapsed"], {"now": now}).fetchone()[0]:
+            with self._writing() as writer:
+                writer.execute(self._q["limit_buckets_forget"], {"now": now})
+        self._conns.checkpointing()
+        _, frames, _ = conn.execute(self._q["wal_checkpoint"]).fetchone()
+        if frames < WAL_RESTART_FRAMES:
+            return []
+        conn.execute(self._q["busy_timeout_short"])
+        try:
+            busy, frames, done = conn.execute(self._q["wal_restart"]).fetchone()
+        except sqlite3.OperationalError:  # busy past 100 ms: next time
+            return []
+        finally:
+            conn.execute(self._q["busy_timeout_default"])
+        if busy:
+            return []
+        return [f"checkpointed the WAL ({done} of {frames} frames) and restarted it"]
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; nothing about the file to warn of."""

@@ -15,6 +15,22 @@ SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 -- name: data_version
 PRAGMA data_version
 
+-- name: wal_checkpoint
+-- From maintenance (store_tidy): copy the WAL into the database without waiting for anyone;
+-- returns (busy, frames in the WAL, frames checkpointed).
+PRAGMA wal_checkpoint(PASSIVE)
+
+-- name: wal_restart
+-- A WAL that readers kept from being reused has grown: checkpoint it all and make the next
+-- writer start it over (waits for readers, writers included, up to the busy timeout).
+PRAGMA wal_checkpoint(RESTART)
+
+-- name: busy_timeout_short
+PRAGMA busy_timeout = 100
+
+-- name: busy_timeout_default
+PRAGMA busy_timeout = 10000
+
 
 -- schema --------------------------------------------------------------------------------------
 
@@ -48,7 +64,7 @@ VALUES (:version, :name, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0
 INSERT INTO jobs (
     queue, name, status, priority, attempts, max_attempts, backoff, timeout, lease, delivery,
     run_at, created_at, idempotency_key, parent_id, workflow_id, fanin, fanout, waits, holds,
-    payload
+    limit_key, turn, payload
 )
 VALUES (
     :queue, :name, CASE WHEN :fanin > 0 THEN 'waiting' ELSE 'pending' END, :priority, 0,
@@ -58,7 +74,21 @@ VALUES (
     :timeout, :lease, :delivery,
     coalesce(:run_at, coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay),
     coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
-    :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :fanout, :payload
+    :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :fanout, :key,
+    -- A fair queue's turn (start-time fair queueing): one after the key's latest pending job,
+    -- never before the queue's current round; keyless jobs take theirs as one more key.
+    CASE WHEN (SELECT q.fair FROM queues AS q WHERE q.name = :queue) = 1 THEN max(
+        coalesce(CASE WHEN :key IS NULL
+            THEN (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_turns
+                  WHERE t.queue = :queue AND t.status = 'pending' AND t.turn > 0
+                    AND t.limit_key IS NULL)
+            ELSE (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_turns
+                  WHERE t.queue = :queue AND t.status = 'pending' AND t.turn > 0
+                    AND t.limit_key = :key)
+        END, 0) + 1,
+        (SELECT q.turn_round FROM queues AS q WHERE q.name = :queue))
+    ELSE 0 END,
+    :payload
 )
 ON CONFLICT (queue, idempotency_key)
     WHERE idempotency_key IS NOT NULL AND status IN ('pending', 'running')
@@ -74,6 +104,18 @@ SELECT :job_id, key, value FROM json_each(:inputs)
 -- The pending or running job holding an idempotency key (reads the unique partial index).
 SELECT id FROM jobs
 WHERE queue = :queue AND idempotency_key = :idempotency_key AND status IN ('pending', 'running')
+
+-- name: jobs_replace
+-- on_conflict='replace': the pending job holding a key takes the new job's payload, and its
+-- run_at when the new job sets one (:moved). A running holder is left as it is (no row).
+UPDATE jobs
+SET payload = :payload,
+    run_at = CASE WHEN :moved
+                  THEN coalesce(:run_at,
+                                coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) + :delay)
+                  ELSE run_at END
+WHERE id = :id AND status = 'pending'
+RETURNING id
 
 -- name: queues_over_max_pending
 -- The queue's max_pending if its waiting and pending jobs (counted inside the insert's write
@@ -104,7 +146,8 @@ id, name, queue, CAST(payload AS BLOB), status, priority, attempts, max_attempts
            SELECT json_group_array(job_id) FROM (
                SELECT l.job_id FROM job_links AS l WHERE l.input_id = jobs.id ORDER BY l.job_id
            )
-       ) END
+       ) END,
+       limit_key
 
 -- name: jobs_get
 SELECT {{_job_record}}
@@ -120,6 +163,114 @@ WHERE (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
 ORDER BY id DESC
 LIMIT :limit OFFSET :offset
+
+-- name: jobs_search
+-- A page by cursor (JobsSearchParams): the walk is the newest :scan jobs below the cursor by
+-- primary key, whatever they are (so a page costs at most :scan rows, however rare its
+-- matches); the filters apply within it. The walk is a co-routine (a subquery with a LIMIT
+-- under a WHERE is never flattened nor materialized), so a page that fills up stops reading
+-- there; its order is the walk's. Returns the hits' ids, newest first.
+SELECT id FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs
+    WHERE id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_end
+-- How many jobs the walk of jobs_search went through, and the lowest id of them (where a walk
+-- that stopped at :scan goes on): ids only, down to :low (the last hit of a full page, else 0).
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs
+    WHERE id < :before AND id >= :low
+    ORDER BY id DESC
+    LIMIT :scan
+)
+
+-- name: jobs_search_dead
+-- jobs_search of failed or cancelled jobs: the walk is the partial index jobs_dead (only those
+-- jobs, by id), which the planner uses only when the query states its condition word for word.
+SELECT id FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = :status
+      AND id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_dead_end
+-- jobs_search_end of jobs_search_dead.
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = :status
+      AND id < :before AND id >= :low
+    ORDER BY id DESC
+    LIMIT :scan
+)
+
+-- name: jobs_search_key
+-- jobs_search with an idempotency key: the walk is the partial index jobs_key (the jobs of that
+-- key, whatever their status), by id.
+SELECT id FROM (
+    SELECT id, queue, status, name, idempotency_key, payload, error FROM jobs INDEXED BY jobs_key
+    WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
+      AND id < :before
+    ORDER BY id DESC
+    LIMIT :scan
+)
+WHERE 1
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:status IS NULL OR status = :status)
+      AND (:name IS NULL OR name = :name)
+      AND (:key IS NULL OR idempotency_key = :key)
+      AND (:contains IS NULL OR instr(payload, :contains) > 0)
+      AND (:error_contains IS NULL OR instr(coalesce(error, ''), :error_contains) > 0)
+LIMIT :limit
+
+-- name: jobs_search_key_end
+-- jobs_search_end of jobs_search_key.
+SELECT count(*), min(id) FROM (
+    SELECT id FROM jobs INDEXED BY jobs_key
+    WHERE idempotency_key IS NOT NULL AND idempotency_key = :key
+      AND id < :before AND id >= :low
+    ORDER BY id DESC
+    LIMIT :scan
+)
+
+-- name: dead_groups
+-- The dead letter grouped (Backend.dead_groups): the newest :scan failed jobs (of :queue),
+-- through the partial index jobs_dead, grouped by queue, name and the line of base.error_line
+-- of each error's last :tail characters (jobyard_error_line, a function of the connection:
+-- _connection.py). Returns (queue, name, line, count, latest, earliest finished_at, the
+-- newest job's id, walked); walked is one more than :scan when the walk did not reach the end.
+WITH walk AS (
+    SELECT id, queue, name, finished_at, error FROM jobs INDEXED BY jobs_dead
+    WHERE status IN ('failed', 'cancelled') AND status = 'failed'
+      AND (:queue IS NULL OR queue = :queue)
+    ORDER BY id DESC
+    LIMIT :scan + 1
+)
+SELECT queue, name, jobyard_error_line(CAST(substr(error, -:tail) AS BLOB)) AS line, count(*),
+       max(finished_at), min(finished_at), max(id), (SELECT count(*) FROM walk)
+FROM walk
+WHERE (SELECT count(*) FROM walk) <= :scan OR id > (SELECT min(id) FROM walk)
+GROUP BY queue, name, line
 
 -- name: jobs_list_dead
 -- Failed or cancelled jobs, newest first: the partial index jobs_dead, which the planner uses
@@ -182,6 +333,26 @@ WHERE id = :id
   AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
 RETURNING {{_job_record}}
 
+-- name: jobs_cancel_many
+-- jobs_cancel for many jobs in one statement (:ids a JSON array of numbers); the jobs it would
+-- refuse (finished, or running with :pending_only) are left out, as are unknown ids. Returns
+-- (id, queue, status) of each job changed.
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+UPDATE jobs
+SET status = CASE WHEN status IN ('waiting', 'pending') THEN 'cancelled' ELSE status END,
+    finished_at = CASE WHEN status IN ('waiting', 'pending') THEN (SELECT now FROM clock) ELSE finished_at END,
+    token = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE token END,
+    lease_expires_at = CASE WHEN status IN ('waiting', 'pending') THEN NULL ELSE lease_expires_at END,
+    cancelled_by = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL THEN :by
+                        ELSE cancelled_by END,
+    cancel_requested_at = CASE WHEN status IN ('waiting', 'pending') OR cancel_requested_at IS NULL
+                               THEN (SELECT now FROM clock) ELSE cancel_requested_at END
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (status IN ('waiting', 'pending') OR (status = 'running' AND NOT :pending_only))
+RETURNING id, queue, status
+
 -- name: jobs_retry
 -- Re-drive: the error stays for history. The caller has checked the idempotency key inside
 -- the same write transaction; the unique index would refuse it anyway.
@@ -221,6 +392,17 @@ WHERE status IN (SELECT value FROM json_each(:statuses))
   AND NOT (status = 'completed' AND holds > 0)
 RETURNING queue, status, id, fanin, fanout
 
+-- name: jobs_purge_ids
+-- jobs_purge of the jobs among :only (a JSON array of ids: the dead letter's bulk purge, a batch
+-- at a time): one primary key seek each.
+DELETE FROM jobs
+WHERE id IN (SELECT value FROM json_each(:only))
+  AND status IN (SELECT value FROM json_each(:statuses))
+  AND (:queue IS NULL OR queue = :queue)
+  AND finished_at <= :now - :older_than
+  AND NOT (status = 'completed' AND holds > 0)
+RETURNING queue, status, id, fanin, fanout
+
 -- name: jobs_purge_freed
 -- The purge again, over the completed jobs among :ids (a JSON array) that it freed itself.
 DELETE FROM jobs
@@ -229,6 +411,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND holds <= 0
   AND finished_at <= :now - :older_than
   AND (:queue IS NULL OR queue = :queue)
+  AND (:only IS NULL OR id IN (SELECT value FROM json_each(:only)))
 RETURNING queue, status, id, fanin, fanout
 
 -- name: jobs_downstream
@@ -259,6 +442,7 @@ SELECT count(*) FROM jobs INDEXED BY jobs_held
 WHERE status = 'completed' AND holds > 0
   AND finished_at <= :now - :older_than
   AND (:queue IS NULL OR queue = :queue)
+  AND (:only IS NULL OR id IN (SELECT value FROM json_each(:only)))
 
 -- name: jobs_unhold
 -- The jobs of :ids (a JSON array) completed, or were deleted before they completed, in this
@@ -281,6 +465,31 @@ RETURNING CASE WHEN jobs.status = 'completed' AND jobs.holds <= 0 THEN jobs.id E
 -- with the step that ran after it, as its history, until that step is purged too.
 DELETE FROM job_links WHERE job_id IN (SELECT value FROM json_each(:ids))
 
+-- name: throughput_add
+-- Completed and failed jobs of a queue in the current minute (0010_throughput.sql), added in the
+-- transaction of the ack or reap that settled them.
+INSERT INTO throughput (queue, minute, completed, failed)
+VALUES (
+    :queue,
+    CAST(coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) / 60 AS INTEGER) * 60,
+    :completed,
+    :failed
+)
+ON CONFLICT (queue, minute) DO UPDATE
+SET completed = completed + excluded.completed, failed = failed + excluded.failed
+
+-- name: throughput_get
+-- The minutes that end after now - since, by queue then minute: a range of the primary key.
+SELECT queue, minute, completed, failed FROM throughput
+WHERE minute > coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :since - 60
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+ORDER BY queue, minute
+
+-- name: throughput_prune
+-- Minutes older than the history keeps (jobs_expire, run by the workers' maintenance).
+DELETE FROM throughput
+WHERE minute < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) - :keep
+
 -- name: counts_add
 -- Finished jobs per queue and status (0005_counts.sql), adjusted in the transaction of a move.
 INSERT INTO job_counts (queue, status, n) VALUES (:queue, :status, :n)
@@ -289,51 +498,171 @@ ON CONFLICT (queue, status) DO UPDATE SET n = n + excluded.n
 
 -- worker side -----------------------------------------------------------------------------------
 
+-- name: _gate_queues
+-- The gate, per queue (a fragment: the rows of `gate`, used by jobs_claim and jobs_due alike):
+-- each queue of :queues that is not paused, with the starts it has room for, before counting
+-- this claim's own: the least of :limit, what max_concurrency leaves and what the queue's rate
+-- bucket admits (GCRA, base.Rate: floor((now - max(tat, now)) / interval + burst); no bucket
+-- row: a full burst). Needs the CTE clock (now).
+SELECT w.queue,
+       min(
+           :limit,
+           CASE WHEN q.max_concurrency IS NULL THEN :limit
+                ELSE max(0, q.max_concurrency - (
+                    SELECT count(*) FROM jobs AS r
+                    WHERE r.queue = w.queue AND r.status = 'running'
+                )) END,
+           CASE WHEN q.rate_count IS NULL THEN :limit
+                ELSE coalesce((
+                    SELECT max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval
+                                       + b.burst + 1e-9 AS INTEGER))
+                    FROM limit_buckets AS b
+                    WHERE b.queue = w.queue AND b.job = '' AND b.key = ''
+                ), q.rate_burst) END
+       ) AS room,
+       q.key_concurrency, q.key_rate_count, q.key_rate_burst,
+       coalesce(q.fair, 0) AS fair,
+       EXISTS (SELECT 1 FROM job_limits AS jl WHERE jl.queue = w.queue) AS named
+FROM (SELECT DISTINCT value AS queue FROM json_each(:queues)) AS w
+CROSS JOIN clock
+LEFT JOIN queues AS q ON q.name = w.queue
+WHERE coalesce(q.paused, 0) = 0
+
+-- name: _gate
+-- The gate, per job (a fragment): whether the pending job p of the queue row g (from
+-- _gate_queues) is held back by no limit as of now, before counting this claim's own starts:
+-- its key has a free slot and an open bucket under the queue's key limits, and its name's
+-- limits in the queue (job_limits) hold neither its name's bucket nor its key. A bucket is
+-- closed while tat - (burst - 1) * interval > now. Each test is an index seek, and none runs
+-- for a queue without that limit (g.named: the queue has job limits at all).
+(p.limit_key IS NULL OR (
+    (g.key_concurrency IS NULL OR g.key_concurrency > (
+        SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+        WHERE r.queue = p.queue AND r.status = 'running' AND r.limit_key IS NOT NULL
+          AND r.limit_key = p.limit_key
+    ))
+    AND (g.key_rate_count IS NULL OR NOT EXISTS (
+        SELECT 1 FROM limit_buckets AS b
+        WHERE b.queue = p.queue AND b.job = '' AND b.key = p.limit_key
+          AND b.tat - (b.burst - 1) * b.interval > clock.now
+    ))
+))
+AND (NOT g.named OR NOT EXISTS (
+    SELECT 1 FROM job_limits AS jl
+    WHERE jl.queue = p.queue AND jl.name = p.name AND (
+        (jl.rate_count IS NOT NULL AND EXISTS (
+            SELECT 1 FROM limit_buckets AS b
+            WHERE b.queue = p.queue AND b.job = p.name AND b.key = ''
+              AND b.tat - (b.burst - 1) * b.interval > clock.now
+        ))
+        OR (p.limit_key IS NOT NULL AND jl.key_concurrency IS NOT NULL AND jl.key_concurrency <= (
+            SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+            WHERE r.queue = p.queue AND r.status = 'running' AND r.limit_key IS NOT NULL
+              AND r.limit_key = p.limit_key AND r.name = p.name
+        ))
+        OR (p.limit_key IS NOT NULL AND jl.key_rate_count IS NOT NULL AND EXISTS (
+            SELECT 1 FROM limit_buckets AS b
+            WHERE b.queue = p.queue AND b.job = p.name AND b.key = p.limit_key
+              AND b.tat - (b.burst - 1) * b.interval > clock.now
+        ))
+    )
+))
+
+-- name: _bucket_admits
+-- (a fragment) The starts the rate bucket b admits now (GCRA, base.Rate); a bucket with no
+-- row admits a full burst, hence coalesce((SELECT <this> ...), burst).
+max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval + b.burst + 1e-9 AS INTEGER))
+
 -- name: jobs_claim
--- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC,
--- run_at, id order, never more per queue than its max_concurrency leaves free.
+-- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC, turn,
+-- run_at, id order, through the gate: never more per queue than its room (_gate_queues), and
+-- only jobs no limit holds back (_gate); then, among them, never more per key, per name and
+-- per name and key than their slots and buckets admit (the windows below, applied one after
+-- the other: each keeps a prefix of the claim order, so what survives all respects each).
 --
 -- Run inside BEGIN IMMEDIATE: the write lock is taken before anything is read, so counting
--- the running jobs, choosing the candidates and marking them running are one atomic step
--- across every connection and process (SQLite has a single writer; no SKIP LOCKED needed).
+-- the running jobs, reading the buckets, choosing the candidates and marking them running are
+-- one atomic step across every connection and process (SQLite has a single writer; no SKIP
+-- LOCKED needed). The buckets move on in the same transaction (limit_buckets_take).
 --
--- Planner notes. `wanted` is one row per queue with the room left in it. `top` takes at most
--- :limit candidates per queue through a correlated IN subquery whose ORDER BY is exactly the
--- jobs_pending index order, so each queue costs an index seek plus :limit steps, however
--- many jobs wait (a single ORDER BY across several queues would sort them all). SQLite does
--- not accept a per-queue LIMIT, so the per-queue room is applied by rank afterwards.
+-- Planner notes. `gate` is one row per queue. `top` takes at most :limit candidates per queue
+-- through a correlated IN subquery whose ORDER BY is exactly the jobs_pending index order, so
+-- each queue costs an index seek plus :limit steps past the held back jobs, however many jobs
+-- wait (a single ORDER BY across several queues would sort them all).
 WITH
     clock (now) AS (
         SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
     ),
-    wanted (queue, room) AS (
-        SELECT w.queue,
-               CASE
-                   WHEN q.max_concurrency IS NULL THEN :limit
-                   ELSE max(0, min(:limit, q.max_concurrency - (
-                       SELECT count(*) FROM jobs AS r
-                       WHERE r.queue = w.queue AND r.status = 'running'
-                   )))
-               END
-        FROM (SELECT DISTINCT value AS queue FROM json_each(:queues)) AS w
-        LEFT JOIN queues AS q ON q.name = w.queue
-        WHERE coalesce(q.paused, 0) = 0
+    gate AS (
+        {{_gate_queues}}
     ),
-    top (id, priority, run_at, room, rank) AS (
-        SELECT c.id, c.priority, c.run_at, wanted.room,
-               row_number() OVER (PARTITION BY c.queue ORDER BY c.priority DESC, c.run_at, c.id)
-        FROM wanted
+    top AS (
+        SELECT c.id, c.queue, c.name, c.limit_key, c.priority, c.turn, c.run_at, g.room,
+               -- The starts the job's key may take in the queue's limits, and its name's.
+               CASE WHEN c.limit_key IS NULL THEN :limit ELSE min(
+                   CASE WHEN g.key_concurrency IS NULL THEN :limit ELSE g.key_concurrency - (
+                       SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+                       WHERE r.queue = c.queue AND r.status = 'running'
+                         AND r.limit_key IS NOT NULL AND r.limit_key = c.limit_key
+                   ) END,
+                   CASE WHEN g.key_rate_count IS NULL THEN :limit ELSE coalesce((
+                       SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                       WHERE b.queue = c.queue AND b.job = '' AND b.key = c.limit_key
+                   ), g.key_rate_burst) END
+               ) END AS key_room,
+               CASE WHEN jl.rate_count IS NULL THEN :limit ELSE coalesce((
+                   SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                   WHERE b.queue = c.queue AND b.job = c.name AND b.key = ''
+               ), jl.rate_burst) END AS name_room,
+               CASE WHEN c.limit_key IS NULL OR jl.name IS NULL THEN :limit ELSE min(
+                   CASE WHEN jl.key_concurrency IS NULL THEN :limit ELSE jl.key_concurrency - (
+                       SELECT count(*) FROM jobs AS r INDEXED BY jobs_running_keys
+                       WHERE r.queue = c.queue AND r.status = 'running'
+                         AND r.limit_key IS NOT NULL AND r.limit_key = c.limit_key
+                         AND r.name = c.name
+                   ) END,
+                   CASE WHEN jl.key_rate_count IS NULL THEN :limit ELSE coalesce((
+                       SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                       WHERE b.queue = c.queue AND b.job = c.name AND b.key = c.limit_key
+                   ), jl.key_rate_burst) END
+               ) END AS name_key_room
+        FROM gate AS g
+        CROSS JOIN clock
         JOIN jobs AS c ON c.id IN (
             SELECT p.id FROM jobs AS p
-            WHERE p.queue = wanted.queue
+            WHERE p.queue = g.queue
               AND p.status = 'pending'
-              AND p.run_at <= (SELECT now FROM clock)
-            ORDER BY p.priority DESC, p.run_at, p.id
+              AND p.run_at <= clock.now
+              AND g.room > 0
+              AND {{_gate}}
+            ORDER BY p.priority DESC, p.turn, p.run_at, p.id
             LIMIT :limit
         )
+        LEFT JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+    ),
+    by_key AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue, limit_key ORDER BY priority DESC, turn, run_at, id) AS n
+        FROM top
+    ),
+    by_name_key AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue, name, limit_key ORDER BY priority DESC, turn, run_at, id) AS n2
+        FROM by_key WHERE n <= key_room
+    ),
+    by_name AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue, name ORDER BY priority DESC, turn, run_at, id) AS n3
+        FROM by_name_key WHERE n2 <= name_key_room
+    ),
+    by_queue AS (
+        SELECT *, row_number() OVER (
+            PARTITION BY queue ORDER BY priority DESC, turn, run_at, id) AS n4
+        FROM by_name WHERE n3 <= name_room
     ),
     picked (id) AS (
-        SELECT id FROM top WHERE rank <= room ORDER BY priority DESC, run_at, id LIMIT :limit
+        SELECT id FROM by_queue WHERE n4 <= room
+        ORDER BY priority DESC, turn, run_at, id LIMIT :limit
     )
 UPDATE jobs
 SET status = 'running',
@@ -344,7 +673,86 @@ SET status = 'running',
     lease_expires_at = (SELECT now FROM clock) + lease
 WHERE id IN (SELECT id FROM picked)
 RETURNING id, name, queue, CAST(payload AS BLOB), attempts, max_attempts, backoff, timeout,
-          lease, token, delivery, parent_id, priority, run_at
+          lease, token, delivery, parent_id, priority, run_at, turn
+
+-- name: limit_buckets_take
+-- In the claim's transaction, after it: every rate bucket of the jobs claimed (:ids, a JSON
+-- array) moves on by their count, tat = max(tat, now) + n * interval (GCRA, base.Rate), with
+-- the rate it was taken under. Nothing to do (no row) for jobs of unlimited queues.
+WITH
+    clock (now) AS (
+        SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+    ),
+    claimed AS (
+        SELECT j.queue, j.name, j.limit_key FROM jobs AS j
+        WHERE j.id IN (SELECT value FROM json_each(:ids))
+    ),
+    takes (queue, job, key, n, count, per, burst) AS (
+        SELECT c.queue, '', '', count(*), q.rate_count, q.rate_per, q.rate_burst
+        FROM claimed AS c JOIN queues AS q ON q.name = c.queue
+        WHERE q.rate_count IS NOT NULL
+        GROUP BY c.queue
+        UNION ALL
+        SELECT c.queue, '', c.limit_key, count(*), q.key_rate_count, q.key_rate_per,
+               q.key_rate_burst
+        FROM claimed AS c JOIN queues AS q ON q.name = c.queue
+        WHERE q.key_rate_count IS NOT NULL AND c.limit_key IS NOT NULL
+        GROUP BY c.queue, c.limit_key
+        UNION ALL
+        SELECT c.queue, c.name, '', count(*), jl.rate_count, jl.rate_per, jl.rate_burst
+        FROM claimed AS c JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+        WHERE jl.rate_count IS NOT NULL
+        GROUP BY c.queue, c.name
+        UNION ALL
+        SELECT c.queue, c.name, c.limit_key, count(*), jl.key_rate_count, jl.key_rate_per,
+               jl.key_rate_burst
+        FROM claimed AS c JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+        WHERE jl.key_rate_count IS NOT NULL AND c.limit_key IS NOT NULL
+        GROUP BY c.queue, c.name, c.limit_key
+    )
+INSERT INTO limit_buckets (queue, job, key, tat, interval, burst)
+SELECT t.queue, t.job, t.key,
+       max(coalesce(b.tat, clock.now), clock.now) + t.n * (t.per / t.count),
+       t.per / t.count, t.burst
+FROM takes AS t
+CROSS JOIN clock
+LEFT JOIN limit_buckets AS b ON b.queue = t.queue AND b.job = t.job AND b.key = t.key
+WHERE true
+ON CONFLICT (queue, job, key) DO UPDATE
+SET tat = excluded.tat, interval = excluded.interval, burst = excluded.burst
+
+-- name: queues_turn_round
+-- A fair queue's round moves on to the highest turn claimed from it (:turns, a JSON object
+-- queue -> turn).
+UPDATE queues
+SET turn_round = max(turn_round, (SELECT t.value FROM json_each(:turns) AS t WHERE t.key = queues.name))
+WHERE name IN (SELECT key FROM json_each(:turns))
+
+-- name: limits_next_open
+-- After a claim that came back short: the seconds until the first closed bucket of :queues
+-- (a JSON array) opens (tat - (burst - 1) * interval), or NULL. A closed bucket may hold back
+-- no job (a key with nothing pending): the worker then claims once for nothing when it opens,
+-- one wake per bucket, which costs less than an index of every keyed pending job would.
+WITH clock (now) AS (
+    SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+SELECT min(b.tat - (b.burst - 1) * b.interval) - clock.now
+FROM limit_buckets AS b
+CROSS JOIN clock
+WHERE b.queue IN (SELECT value FROM json_each(:queues))
+  AND b.tat - (b.burst - 1) * b.interval > clock.now
+
+-- name: limit_buckets_lapsed
+-- Whether store_tidy has buckets to forget (a read: most seconds it has none).
+SELECT EXISTS (
+    SELECT 1 FROM limit_buckets
+    WHERE tat <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+)
+
+-- name: limit_buckets_forget
+-- store_tidy: a bucket whose tat is past is the same as none (an idle key leaves nothing).
+DELETE FROM limit_buckets
+WHERE tat <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 
 -- name: jobs_ack_completed
 UPDATE jobs
@@ -420,24 +828,30 @@ SET status = 'pending',
 WHERE id = :id AND status = 'running' AND token = :token
 
 -- name: jobs_due
--- Whether a claim on :queues would find something: a due pending job in a queue that is not
--- paused and has room under its max_concurrency. This is how an idle worker in another process
--- tells a commit that matters to it from any other commit (most are other workers' claims and
--- acks). Read-only, so it never waits for a writer. Correlated per queue so that each probe is
--- a seek into jobs_pending, never a scan of every pending job.
+-- Whether a claim on :queues would find something: a due pending job the gate lets start (a
+-- queue not paused, with room under its max_concurrency and rate, and a job no key or name
+-- limit holds back: the fragments jobs_claim uses). This is how an idle worker in another
+-- process tells a commit that matters to it from any other commit (most are other workers'
+-- claims and acks). Read-only, so it never waits for a writer. Correlated per queue so that
+-- each probe is a seek into jobs_pending, never a scan of every pending job.
+WITH
+    clock (now) AS (
+        SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+    ),
+    gate AS (
+        {{_gate_queues}}
+    )
 SELECT EXISTS (
     SELECT 1
-    FROM json_each(:queues) AS w
-    LEFT JOIN queues AS q ON q.name = w.value
-    WHERE coalesce(q.paused, 0) = 0
-      AND (q.max_concurrency IS NULL OR q.max_concurrency > (
-          SELECT count(*) FROM jobs AS r WHERE r.queue = w.value AND r.status = 'running'
-      ))
+    FROM gate AS g
+    CROSS JOIN clock
+    WHERE g.room > 0
       AND EXISTS (
-          SELECT 1 FROM jobs AS j INDEXED BY jobs_pending
-          WHERE j.queue = w.value
-            AND j.status = 'pending'
-            AND j.run_at <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+          SELECT 1 FROM jobs AS p INDEXED BY jobs_pending
+          WHERE p.queue = g.queue
+            AND p.status = 'pending'
+            AND p.run_at <= clock.now
+            AND {{_gate}}
       )
 )
 
@@ -488,25 +902,79 @@ WHERE id IN (
     ORDER BY lease_expires_at
     LIMIT :limit
 )
-RETURNING id, status, queue
+RETURNING id, status, queue, name
 
 
 -- queues, workers, stats --------------------------------------------------------------------------
 
 -- name: queues_configure
-INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused, retention)
-VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused, :retention)
+INSERT INTO queues (name, max_concurrency, max_attempts, backoff, max_pending, paused, retention,
+                    rate_count, rate_per, rate_burst, key_concurrency, key_rate_count,
+                    key_rate_per, key_rate_burst, fair)
+VALUES (:name, :max_concurrency, :max_attempts, :backoff, :max_pending, :paused, :retention,
+        :rate_count, :rate_per, :rate_burst, :key_concurrency, :key_rate_count, :key_rate_per,
+        :key_rate_burst, :fair)
 ON CONFLICT (name) DO UPDATE
 SET max_concurrency = excluded.max_concurrency,
     max_attempts = excluded.max_attempts,
     backoff = excluded.backoff,
     max_pending = excluded.max_pending,
     paused = excluded.paused,
-    retention = excluded.retention
+    retention = excluded.retention,
+    rate_count = excluded.rate_count,
+    rate_per = excluded.rate_per,
+    rate_burst = excluded.rate_burst,
+    key_concurrency = excluded.key_concurrency,
+    key_rate_count = excluded.key_rate_count,
+    key_rate_per = excluded.key_rate_per,
+    key_rate_burst = excluded.key_rate_burst,
+    fair = excluded.fair
+
+-- name: queues_unfair
+-- A queue that stops being fair: its pending jobs lose their turns (the plain order again).
+UPDATE jobs SET turn = 0 WHERE queue = :name AND status = 'pending' AND turn > 0
 
 -- name: queues_list
-SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused, retention
+SELECT name, max_concurrency, max_attempts, backoff, max_pending, paused, retention,
+       rate_count, rate_per, rate_burst, key_concurrency, key_rate_count, key_rate_per,
+       key_rate_burst, fair
 FROM queues ORDER BY name
+
+-- name: job_limits_upsert
+INSERT INTO job_limits (queue, name, rate_count, rate_per, rate_burst, key_concurrency,
+                        key_rate_count, key_rate_per, key_rate_burst)
+VALUES (:queue, :name, :rate_count, :rate_per, :rate_burst, :key_concurrency, :key_rate_count,
+        :key_rate_per, :key_rate_burst)
+ON CONFLICT (queue, name) DO UPDATE
+SET rate_count = excluded.rate_count,
+    rate_per = excluded.rate_per,
+    rate_burst = excluded.rate_burst,
+    key_concurrency = excluded.key_concurrency,
+    key_rate_count = excluded.key_rate_count,
+    key_rate_per = excluded.key_rate_per,
+    key_rate_burst = excluded.key_rate_burst
+
+-- name: job_limits_delete
+DELETE FROM job_limits WHERE queue = :queue AND name = :name
+
+-- name: job_limits_list
+SELECT queue, name, rate_count, rate_per, rate_burst, key_concurrency, key_rate_count,
+       key_rate_per, key_rate_burst
+FROM job_limits ORDER BY queue, name
+
+-- name: limits_scope_counts
+-- For limits_stats: per (queue, name, key) of the queues in :queues (a JSON array; empty: all),
+-- the pending and running jobs that carry a key, and the running jobs per (queue, name) with
+-- or without one (key NULL). A read for status: it reads the pending jobs of the queues.
+SELECT queue, name, limit_key, sum(status = 'pending'), sum(status = 'running')
+FROM jobs
+WHERE status IN ('pending', 'running')
+  AND (limit_key IS NOT NULL OR status = 'running')
+  AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+GROUP BY queue, name, limit_key
+
+-- name: limit_buckets_list
+SELECT queue, job, tat, interval, burst FROM limit_buckets WHERE key = ''
 
 -- name: workers_upsert
 INSERT INTO workers (id, host, pid, queues, concurrency, started_at, last_seen, forget_after)
@@ -544,6 +1012,35 @@ UNION ALL
 SELECT queue, status, n FROM job_counts
 WHERE n <> 0
   AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
+
+-- name: stats_oldest
+-- The run_at of each queue's oldest due pending job: a skip scan of the claim index jobs_pending,
+-- one probe per priority level that holds pending jobs (levels: a max() below the last one found,
+-- each answered by the index), then the first entry of each level (min(run_at) at an equal
+-- priority is the level's first index entry). Never reads more than two entries per level.
+WITH RECURSIVE levels (queue, p) AS (
+    SELECT n.value, (
+        SELECT max(j.priority) FROM jobs AS j WHERE j.status = 'pending' AND j.queue = n.value
+    )
+    FROM json_each(:names) AS n
+    UNION ALL
+    SELECT l.queue, (
+        SELECT max(j.priority) FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = l.queue AND j.priority < l.p
+    )
+    FROM levels AS l
+    WHERE l.p IS NOT NULL
+)
+SELECT queue, min(first) FROM (
+    SELECT l.queue, (
+        SELECT min(j.run_at) FROM jobs AS j
+        WHERE j.status = 'pending' AND j.queue = l.queue AND j.priority = l.p
+    ) AS first
+    FROM levels AS l
+    WHERE l.p IS NOT NULL
+)
+WHERE first <= coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+GROUP BY queue
 
 -- name: stats_configured
 SELECT name FROM queues

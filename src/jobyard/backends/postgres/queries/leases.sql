@@ -1,61 +1,190 @@
 -- Leases: the claim, the outcome (ack), renewal and the reaper. The worker's hot path.
 -- (Conventions for every file here: README.md in this folder.)
 
+-- name: _limited_queues
+-- (a fragment) The queues claimed from whose claims must be serialised: those with a limit the
+-- claim counts (max_concurrency, a rate, key_concurrency, a key rate), of their own or of a
+-- job name (job_limits). A fair queue alone needs no lock: its turns are an order, not a cap.
+SELECT name FROM queues
+WHERE name = ANY(%(queues)b::text[])
+  AND (max_concurrency IS NOT NULL OR rate_count IS NOT NULL OR key_concurrency IS NOT NULL
+       OR key_rate_count IS NOT NULL)
+UNION
+SELECT DISTINCT queue FROM job_limits WHERE queue = ANY(%(queues)b::text[])
+
 -- name: jobs_claim_lock
--- Serialise the claimers of queues that have a max_concurrency, across every host, so the
--- running count jobs_claim makes next is current (see jobs_insert_lock for why the count is a
--- separate statement in the same implicit transaction). Unlimited queues take no lock and
--- their claimers never wait for one another: SKIP LOCKED alone keeps them apart; they do not
--- even send this statement (see `go` in jobs_claim). One row per lock taken.
+-- Serialise the claimers of queues that have a limit (_limited_queues), across every host, so
+-- the running counts and the rate buckets jobs_claim reads next are current (see
+-- jobs_insert_lock for why the count is a separate statement in the same implicit
+-- transaction). Unlimited queues take no lock and their claimers never wait for one another:
+-- SKIP LOCKED alone keeps them apart; they do not even send this statement (see `go` in
+-- jobs_claim). One row per lock taken.
 SELECT pg_advisory_xact_lock(hashtextextended('jobyard:claim:' || current_schema() || ':' || name, 0))
 FROM (
-    SELECT name FROM queues
-    WHERE name = ANY(%(queues)b::text[]) AND max_concurrency IS NOT NULL
+    {{_limited_queues}}
     ORDER BY name
 ) AS limited;
 
+-- name: _gate_queues
+-- The gate, per queue (a fragment: the rows of `gate` in jobs_claim): each queue claimed from
+-- that is not paused, with the starts it has room for before counting this claim's own: the
+-- least of the limit, what max_concurrency leaves and what the queue's rate bucket admits
+-- (GCRA, base.Rate: floor((now - max(tat, now)) / interval + burst); no bucket row: a full
+-- burst). Needs clock and go.
+SELECT w.queue,
+       least(
+           %(limit)s::int8,
+           CASE WHEN q.max_concurrency IS NULL THEN %(limit)s::int8
+                ELSE greatest(q.max_concurrency - (
+                    SELECT count(*) FROM jobs_running AS r WHERE r.queue = w.queue
+                ), 0) END,
+           CASE WHEN q.rate_count IS NULL THEN %(limit)s::int8
+                ELSE coalesce((
+                    SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                    WHERE b.queue = w.queue AND b.job = '' AND b.key = ''
+                ), q.rate_burst) END
+       ) AS room,
+       q.key_concurrency, q.key_rate_count, q.key_rate_burst,
+       EXISTS (SELECT 1 FROM job_limits AS jl WHERE jl.queue = w.queue) AS named
+FROM unnest(%(queues)b::text[]) AS w (queue)
+CROSS JOIN clock
+LEFT JOIN queues AS q ON q.name = w.queue
+WHERE q.paused IS NOT TRUE AND (SELECT ok FROM go)
+
+-- name: _bucket_admits
+-- (a fragment) The starts the rate bucket b admits now (GCRA, base.Rate); a bucket with no
+-- row admits a full burst, hence coalesce((SELECT <this> ...), burst).
+greatest(0, floor((clock.now - greatest(b.tat, clock.now)) / b.interval + b.burst + 1e-9))::int8
+
+-- name: _gate
+-- The gate, per job (a fragment): whether the pending job j of the queue row g (from
+-- _gate_queues) is held back by no limit as of now, before counting this claim's own starts:
+-- its key has a free slot and an open bucket under the queue's key limits, and its name's
+-- limits in the queue (job_limits) hold neither its name's bucket nor its key. A bucket is
+-- closed while tat - (burst - 1) * interval > now. Each test is an index probe, and none runs
+-- for a queue without that limit (g.named: the queue has job limits at all).
+(j.limit_key IS NULL OR (
+    (g.key_concurrency IS NULL OR g.key_concurrency > (
+        SELECT count(*) FROM jobs_running AS r
+        WHERE r.queue = j.queue AND r.limit_key = j.limit_key
+    ))
+    AND (g.key_rate_count IS NULL OR NOT EXISTS (
+        SELECT 1 FROM limit_buckets AS b
+        WHERE b.queue = j.queue AND b.job = '' AND b.key = j.limit_key
+          AND b.tat - (b.burst - 1) * b.interval > clock.now
+    ))
+))
+AND (NOT g.named OR NOT EXISTS (
+    SELECT 1 FROM job_limits AS jl
+    WHERE jl.queue = j.queue AND jl.name = j.name AND (
+        (jl.rate_count IS NOT NULL AND EXISTS (
+            SELECT 1 FROM limit_buckets AS b
+            WHERE b.queue = j.queue AND b.job = j.name AND b.key = ''
+              AND b.tat - (b.burst - 1) * b.interval > clock.now
+        ))
+        OR (j.limit_key IS NOT NULL AND jl.key_concurrency IS NOT NULL AND jl.key_concurrency <= (
+            SELECT count(*) FROM jobs_running AS r
+            WHERE r.queue = j.queue AND r.limit_key = j.limit_key AND r.name = j.name
+        ))
+        OR (j.limit_key IS NOT NULL AND jl.key_rate_count IS NOT NULL AND EXISTS (
+            SELECT 1 FROM limit_buckets AS b
+            WHERE b.queue = j.queue AND b.job = j.name AND b.key = j.limit_key
+              AND b.tat - (b.burst - 1) * b.interval > clock.now
+        ))
+    )
+))
+
 -- name: jobs_claim
--- Claim up to limit due jobs in one statement. Per queue, a LATERAL index scan of the claim
--- index in claim order takes at most that queue's room (limit, or what its max_concurrency
--- leaves), skipping rows another claimer has locked; the union is cut to limit in the global
--- order. A row locked here but cut by the outer LIMIT stays pending and is unlocked at commit.
--- Returns the claimed jobs in claim order, or a single row of NULLs when it claimed nothing
--- because it needs jobs_claim_lock first (see `go`).
+-- Claim up to limit due jobs in one statement, through the gate. Per queue, a LATERAL index
+-- scan of the claim index in claim order (priority, then a fair queue's turn, run_at, id)
+-- takes at most that queue's room (_gate_queues) of the jobs no limit holds back (_gate),
+-- skipping rows another claimer has locked; then, among them, never more per key, per name and
+-- per name and key than their slots and buckets admit (the windows below, applied one after the
+-- other: each keeps a prefix of the claim order, so what survives all respects each), cut to
+-- limit in the global order. A row locked here but not claimed stays pending and is unlocked at
+-- commit. The same statement moves the rate buckets (taken) and a fair queue's round (rounds)
+-- on, and, when it came back short, says when the first closed bucket of these queues that
+-- holds back a due job opens (next_open, seconds).
+-- Returns the claimed jobs in claim order, then one summary row (id NULL) with next_open and
+-- whether it claimed nothing because it needs jobs_claim_lock first (see `go`).
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
--- Unless jobs_claim_lock ran first (%(locked)s), a claim touching a queue with a
--- max_concurrency claims nothing and answers with the NULL row: the backend sends it again
--- behind the lock (and sends the lock first for those queues from then on).
+-- Unless jobs_claim_lock ran first (%(locked)s), a claim touching a queue with a limit claims
+-- nothing and answers so: the backend sends it again behind the lock (and sends the lock first
+-- for those queues from then on).
 go AS (
-    SELECT %(locked)s::bool OR NOT EXISTS (
-        SELECT 1 FROM queues
-        WHERE name = ANY(%(queues)b::text[]) AND max_concurrency IS NOT NULL
-    ) AS ok
+    SELECT %(locked)s::bool OR NOT EXISTS ({{_limited_queues}}) AS ok
 ),
-room AS (
-    SELECT w.queue,
-           CASE
-               WHEN q.max_concurrency IS NULL THEN %(limit)s::int8
-               ELSE least(%(limit)s::int8, greatest(q.max_concurrency - (
-                   SELECT count(*) FROM jobs_running AS r WHERE r.queue = w.queue
-               ), 0))
-           END AS n
-    FROM unnest(%(queues)b::text[]) AS w (queue)
-    LEFT JOIN queues AS q ON q.name = w.queue
-    WHERE q.paused IS NOT TRUE AND (SELECT ok FROM go)
+gate AS (
+    {{_gate_queues}}
 ),
-picked AS (
-    SELECT p.id, p.priority, p.run_at
-    FROM room CROSS JOIN clock CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
+top AS (
+    SELECT p.*
+    FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
+        SELECT j.id, j.queue, j.name, j.limit_key, j.priority, j.turn, j.run_at
         FROM jobs_pending AS j
-        WHERE j.queue = room.queue AND j.run_at <= clock.now
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT room.n
+        WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0 AND {{_gate}}
+        ORDER BY j.priority DESC, j.turn, j.run_at, j.id
+        LIMIT g.room
         FOR UPDATE OF j SKIP LOCKED
     ) AS p
-    ORDER BY p.priority DESC, p.run_at, p.id
+),
+-- What each job's key may take under the queue's limits, and its name's (plain queues: limit).
+sized AS (
+    SELECT t.*, g.room,
+           CASE WHEN t.limit_key IS NULL THEN %(limit)s::int8 ELSE least(
+               CASE WHEN g.key_concurrency IS NULL THEN %(limit)s::int8 ELSE g.key_concurrency - (
+                   SELECT count(*) FROM jobs_running AS r
+                   WHERE r.queue = t.queue AND r.limit_key = t.limit_key
+               ) END,
+               CASE WHEN g.key_rate_count IS NULL THEN %(limit)s::int8 ELSE coalesce((
+                   SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                   WHERE b.queue = t.queue AND b.job = '' AND b.key = t.limit_key
+               ), g.key_rate_burst) END
+           ) END AS key_room,
+           CASE WHEN jl.rate_count IS NULL THEN %(limit)s::int8 ELSE coalesce((
+               SELECT {{_bucket_admits}} FROM limit_buckets AS b
+               WHERE b.queue = t.queue AND b.job = t.name AND b.key = ''
+           ), jl.rate_burst) END AS name_room,
+           CASE WHEN t.limit_key IS NULL OR jl.name IS NULL THEN %(limit)s::int8 ELSE least(
+               CASE WHEN jl.key_concurrency IS NULL THEN %(limit)s::int8 ELSE jl.key_concurrency - (
+                   SELECT count(*) FROM jobs_running AS r
+                   WHERE r.queue = t.queue AND r.limit_key = t.limit_key AND r.name = t.name
+               ) END,
+               CASE WHEN jl.key_rate_count IS NULL THEN %(limit)s::int8 ELSE coalesce((
+                   SELECT {{_bucket_admits}} FROM limit_buckets AS b
+                   WHERE b.queue = t.queue AND b.job = t.name AND b.key = t.limit_key
+               ), jl.key_rate_burst) END
+           ) END AS name_key_room
+    FROM top AS t
+    CROSS JOIN clock
+    JOIN gate AS g ON g.queue = t.queue
+    LEFT JOIN job_limits AS jl ON g.named AND jl.queue = t.queue AND jl.name = t.name
+),
+by_key AS (
+    SELECT *, row_number() OVER (
+        PARTITION BY queue, limit_key ORDER BY priority DESC, turn, run_at, id) AS n1
+    FROM sized
+),
+by_name_key AS (
+    SELECT *, row_number() OVER (
+        PARTITION BY queue, name, limit_key ORDER BY priority DESC, turn, run_at, id) AS n2
+    FROM by_key WHERE n1 <= key_room
+),
+by_name AS (
+    SELECT *, row_number() OVER (
+        PARTITION BY queue, name ORDER BY priority DESC, turn, run_at, id) AS n3
+    FROM by_name_key WHERE n2 <= name_key_room
+),
+by_queue AS (
+    SELECT *, row_number() OVER (
+        PARTITION BY queue ORDER BY priority DESC, turn, run_at, id) AS n4
+    FROM by_name WHERE n3 <= name_room
+),
+picked AS (
+    SELECT id FROM by_queue WHERE n4 <= room
+    ORDER BY priority DESC, turn, run_at, id
     LIMIT %(limit)s::int8
 ),
 claimed AS (
@@ -70,7 +199,68 @@ claimed AS (
     -- pending row (40 ms per claim with a 100,000-job backlog).
     WHERE j.status = 'pending' AND j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.name, j.queue, j.payload, j.attempts, j.max_attempts, j.backoff,
-              j.timeout, j.lease, j.token, j.delivery, j.parent_id, j.priority, j.run_at
+              j.timeout, j.lease, j.token, j.delivery, j.parent_id, j.priority, j.run_at,
+              j.turn, j.limit_key
+),
+-- Every rate bucket of the jobs claimed moves on by their count: tat = max(tat, now) +
+-- n * interval (GCRA, base.Rate), with the rate it was taken under.
+takes (queue, job, key, n, count, per, burst) AS (
+    SELECT c.queue, '', '', count(*), q.rate_count, q.rate_per, q.rate_burst
+    FROM claimed AS c JOIN queues AS q ON q.name = c.queue
+    WHERE q.rate_count IS NOT NULL
+    GROUP BY c.queue, q.rate_count, q.rate_per, q.rate_burst
+    UNION ALL
+    SELECT c.queue, '', c.limit_key, count(*), q.key_rate_count, q.key_rate_per, q.key_rate_burst
+    FROM claimed AS c JOIN queues AS q ON q.name = c.queue
+    WHERE q.key_rate_count IS NOT NULL AND c.limit_key IS NOT NULL
+    GROUP BY c.queue, c.limit_key, q.key_rate_count, q.key_rate_per, q.key_rate_burst
+    UNION ALL
+    SELECT c.queue, c.name, '', count(*), jl.rate_count, jl.rate_per, jl.rate_burst
+    FROM claimed AS c JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+    WHERE jl.rate_count IS NOT NULL
+    GROUP BY c.queue, c.name, jl.rate_count, jl.rate_per, jl.rate_burst
+    UNION ALL
+    SELECT c.queue, c.name, c.limit_key, count(*), jl.key_rate_count, jl.key_rate_per,
+           jl.key_rate_burst
+    FROM claimed AS c JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
+    WHERE jl.key_rate_count IS NOT NULL AND c.limit_key IS NOT NULL
+    GROUP BY c.queue, c.name, c.limit_key, jl.key_rate_count, jl.key_rate_per, jl.key_rate_burst
+),
+taken AS (
+    INSERT INTO limit_buckets AS b (queue, job, key, tat, interval, burst)
+    SELECT t.queue, t.job, t.key, clock.now + t.n * (t.per / t.count), t.per / t.count, t.burst
+    FROM takes AS t CROSS JOIN clock
+    ORDER BY t.queue, t.job, t.key
+    ON CONFLICT (queue, job, key) DO UPDATE
+    SET tat = greatest(b.tat, (SELECT now FROM clock)) + (excluded.tat - (SELECT now FROM clock)),
+        interval = excluded.interval, burst = excluded.burst
+    RETURNING b.queue, b.job, b.key, b.tat, b.interval, b.burst
+),
+rounds AS (
+    UPDATE queues AS q SET turn_round = m.turn
+    FROM (SELECT queue, max(turn) AS turn FROM claimed WHERE turn > 0 GROUP BY queue) AS m
+    WHERE q.name = m.queue AND q.turn_round < m.turn
+    RETURNING q.name
+),
+-- When the claim came back short: the first instant a closed bucket of these queues opens,
+-- seen after this claim's own takes (taken, or the stored row where it took nothing). A closed
+-- bucket may hold back no job (a key with nothing pending): the worker then claims once for
+-- nothing when it opens, one wake per bucket, which costs less than an index of every keyed
+-- pending job would.
+opens AS (
+    SELECT min(o.at) - (SELECT now FROM clock) AS next_open
+    FROM (
+        SELECT t.tat - (t.burst - 1) * t.interval AS at FROM taken AS t
+        UNION ALL
+        SELECT b.tat - (b.burst - 1) * b.interval FROM limit_buckets AS b
+        WHERE b.queue = ANY(%(queues)b::text[])
+          AND NOT EXISTS (
+              SELECT 1 FROM taken AS t
+              WHERE t.queue = b.queue AND t.job = b.job AND t.key = b.key
+          )
+    ) AS o
+    WHERE o.at > (SELECT now FROM clock)
+      AND (SELECT count(*) FROM claimed) < %(limit)s::int8
 ),
 durability AS (
     SELECT set_config('synchronous_commit', CASE
@@ -80,13 +270,14 @@ durability AS (
            END, true) AS mode
 )
 SELECT id, name, queue, payload, attempts, max_attempts, backoff, timeout, lease, token,
-       delivery, parent_id, priority, run_at
+       delivery, parent_id, priority, turn, run_at, NULL::float8 AS next_open, false AS relock
 FROM claimed
 WHERE (SELECT count(*) FROM durability) >= 0
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-WHERE NOT (SELECT ok FROM go)
-ORDER BY priority DESC, run_at, id;
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT next_open FROM opens), NOT (SELECT ok FROM go)
+WHERE (SELECT count(*) FROM taken) + (SELECT count(*) FROM rounds) >= 0
+ORDER BY priority DESC NULLS LAST, turn, run_at, id;
 
 -- name: jobs_ack
 -- Settle a batch: each outcome applies only while the job is running under that token, and a
@@ -180,8 +371,21 @@ counted AS (
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
+-- The throughput history (0009_throughput.sql): one row per queue and minute.
+tallied AS (
+    INSERT INTO throughput AS t (queue, minute, completed, failed)
+    SELECT queue, (floor((SELECT now FROM clock) / 60) * 60)::int8,
+           count(*) FILTER (WHERE status = 'completed'), count(*) FILTER (WHERE status = 'failed')
+    FROM settled
+    WHERE status IN ('completed', 'failed')
+    GROUP BY queue
+    ORDER BY queue
+    ON CONFLICT (queue, minute) DO UPDATE
+    SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed
+),
 -- Wake the workers of a queue where a job is due again (released, or retried without delay),
--- or where a settled job freed a slot of a max_concurrency that may have kept them waiting.
+-- or where a settled job freed a slot (max_concurrency, key_concurrency of the queue or of a
+-- job name) that may have kept them waiting.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (
@@ -191,7 +395,12 @@ notified AS (
         HAVING bool_or(s.status = 'pending' AND s.due)
             OR EXISTS (
                 SELECT 1 FROM queues AS q
-                WHERE q.name = s.queue AND q.max_concurrency IS NOT NULL
+                WHERE q.name = s.queue
+                  AND (q.max_concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL)
+            )
+            OR EXISTS (
+                SELECT 1 FROM job_limits AS jl
+                WHERE jl.queue = s.queue AND jl.key_concurrency IS NOT NULL
             )
     ) AS d
 ),
@@ -305,7 +514,7 @@ reaped AS (
         lease_expires_at = NULL
     FROM lapsed, clock
     WHERE j.status = 'running' AND j.id = lapsed.id
-    RETURNING j.id, j.status, j.queue, j.idempotency_key
+    RETURNING j.id, j.status, j.queue, j.idempotency_key, j.name
 ),
 freed AS (
     DELETE FROM job_keys AS k
@@ -322,6 +531,16 @@ counted AS (
     ORDER BY queue, status
     ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
 ),
+-- A job whose lapsed lease spent its last attempt failed: the throughput history counts it.
+tallied AS (
+    INSERT INTO throughput AS t (queue, minute, completed, failed)
+    SELECT queue, (floor((SELECT now FROM clock) / 60) * 60)::int8, 0, count(*)
+    FROM reaped
+    WHERE status = 'failed'
+    GROUP BY queue
+    ORDER BY queue
+    ON CONFLICT (queue, minute) DO UPDATE SET failed = t.failed + excluded.failed
+),
 -- A job back to pending is due now; a finished one freed a slot of its queue: wake its workers.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
@@ -332,7 +551,7 @@ durability AS (
                WHEN %(async_commit)s::bool THEN 'off' ELSE current_setting('synchronous_commit')
            END, true) AS mode
 )
-SELECT id, status
+SELECT id, status, name, queue
 FROM reaped
 WHERE (SELECT count(*) FROM notified) + (SELECT count(*) FROM durability) >= 0
 ORDER BY id;

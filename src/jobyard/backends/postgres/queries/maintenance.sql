@@ -21,7 +21,8 @@ FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid IN (
     to_regclass('jobs_waiting'), to_regclass('jobs_pending'), to_regclass('jobs_running'),
-    to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers')
+    to_regclass('job_keys'), to_regclass('job_counts'), to_regclass('workers'),
+    to_regclass('limit_buckets'), to_regclass('throughput')
 )
 ORDER BY c.relname;
 
@@ -56,5 +57,23 @@ VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_keys;
 -- name: vacuum_job_counts
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) job_counts;
 
+-- name: vacuum_throughput
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) throughput;
+
+-- name: throughput_prune
+-- Minutes older than the history keeps (jobs_expire, run by the workers' maintenance): a range
+-- of the primary key per queue at most; nothing most of the time.
+DELETE FROM throughput
+WHERE minute < coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+               - %(keep)s::float8;
+
 -- name: vacuum_workers
 VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) workers;
+
+-- name: vacuum_limit_buckets
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON, TRUNCATE false) limit_buckets;
+
+-- name: limit_buckets_forget
+-- store_tidy: a rate bucket whose tat is past is the same as none (an idle key leaves no row).
+DELETE FROM limit_buckets
+WHERE tat <= coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8);

@@ -30,7 +30,7 @@
 -- it deleted; the bases of the queues where it freed a job; the jobs it already deleted.
 local function new_ctx(now, ttl, single, prefix, notes)
   return {now = now, ttl = ttl, single = single, prefix = prefix, g = 1, notes = notes or {},
-    waiting = 0, freed = {}, seen = {}}
+    waiting = 0, freed = {}, seen = {}, drop_linked = nil}
 end
 
 -- The keys and number of job `id` if this script may touch it (k: the keys of the job it is
@@ -150,4 +150,10 @@ local function drop_linked(ctx, k, n, status, has_wf)
       end
     end
   end
+end
+
+-- A ctx that lapse_if_due (_lib.lua, loaded before this file) can drop linked jobs with.
+local function lapse_ctx(ctx)
+  ctx.drop_linked = drop_linked
+  return ctx
 end

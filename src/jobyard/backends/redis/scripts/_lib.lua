@@ -136,11 +136,92 @@ local function batch_send(b)
   b.by, b.order = {}, {}
 end
 
--- A pending job is findable by the claim (its priority level, by run_at) and by listing.
+-- Fair turns (a queue configured fair): each due pending job of the queue has a turn, kept in
+-- its hash ("turn") and in the zset "<base>turns:<p>" of its priority level (score = turn,
+-- member = the zero-padded number, so equal turns fall back to enqueue order); the claim of a
+-- fair queue reads a level in turn order (fair_due in jobs_claim.lua). A job's turn is one more
+-- than the latest turn given to its key (the hash "<base>turn": key -> that turn; jobs without
+-- a key share the key ""), never less than the queue's lowest pending turn: start-time fair
+-- queueing, so a key that arrives behind another's backlog is served from the next turn on.
+-- The entry of a key whose latest job is claimed is deleted: idle keys leave nothing behind.
+-- A job that is not due when it becomes pending (delayed, retried, released by its inputs,
+-- written by a staged batch) waits in "<base>unturned:<p>" (score = run_at) and takes its turn
+-- when a claim finds it due, so jobs not due never stand in the turns ahead of due ones.
+local function turns_key(k, prio)
+  return k.base .. 'turns:' .. prio
+end
+
+local function unturned_key(k, prio)
+  return k.base .. 'unturned:' .. prio
+end
+
+local function lowest_turn(k)
+  local low
+  for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
+    if tonumber(p) then
+      local first = redis.call('ZRANGE', turns_key(k, p), 0, 0, 'WITHSCORES')
+      if first[2] and (not low or tonumber(first[2]) < low) then
+        low = tonumber(first[2])
+      end
+    end
+  end
+  return low or 0
+end
+
+-- A turn for job n (priority prio, limit key `key` or nil) of a fair queue; `low`: the queue's
+-- lowest pending turn (lowest_turn), read once per batch.
+local function take_turn(k, jk, n, prio, key, low)
+  local field = key or ''
+  local last = tonumber(redis.call('HGET', k.base .. 'turn', field))
+  local t = low
+  if last and last + 1 > t then
+    t = last + 1
+  end
+  redis.call('HSET', k.base .. 'turn', field, t)
+  redis.call('HSET', jk, 'turn', t)
+  redis.call('ZADD', turns_key(k, prio), t, pad(n))
+  return t
+end
+
+-- A pending job is findable by the claim (its priority level, by run_at) and by listing; in a
+-- fair queue it waits for its turn (see above).
 local function to_ready(k, n, prio, run_at)
   redis.call('ZADD', k.base .. 'ready:' .. prio, run_at, pad(n))
   redis.call('ZADD', k.prios, prio, prio)
   redis.call('ZADD', k.pending, n, n)
+  if tonumber(prio) and redis.call('HGET', k.config, 'fair') == '1' then
+    redis.call('ZADD', unturned_key(k, prio), run_at, pad(n))
+  end
+end
+
+-- Key slots (key_concurrency): the running jobs of each key, counted in the hash
+-- "<base>keyrun", field "q\n<key>" for the queue's scope and "j\n<name>\n<key>" for a job
+-- name's (job names hold no newline). A keyed job claimed while its scope has a
+-- key_concurrency counts from its claim until it leaves running (jobs_ack, leases_reap, a
+-- corrupt record failed); the scopes it counts in are kept in its hash ("slots": "q", "j" or
+-- "qj"), so leaving takes off exactly what the claim added. A count that reaches 0 is deleted.
+-- (A key_concurrency newly declared does not count the jobs of its key already running.)
+local function key_slots(k, name, key, by, mark)
+  local run = k.base .. 'keyrun'
+  local fields = {}
+  if string.find(mark, 'q', 1, true) then
+    fields[#fields + 1] = 'q\n' .. key
+  end
+  if string.find(mark, 'j', 1, true) then
+    fields[#fields + 1] = 'j\n' .. (name or '') .. '\n' .. key
+  end
+  for _, f in ipairs(fields) do
+    if redis.call('HINCRBY', run, f, by) <= 0 then
+      redis.call('HDEL', run, f)
+    end
+  end
+end
+
+-- A job leaves running: the key slots its claim took (its "slots" mark) are free again.
+local function leave_running(k, jk, name, key, mark)
+  if key and mark and mark ~= '' then
+    key_slots(k, name, key, -1, mark)
+  end
 end
 
 local function from_ready(k, n, prio)
@@ -162,8 +243,19 @@ local function from_ready(k, n, prio)
     if redis.call('EXISTS', level) == 0 then
       redis.call('ZREM', k.prios, p)
     end
+    if tonumber(p) then
+      redis.call('ZREM', turns_key(k, p), pad(n))
+      redis.call('ZREM', unturned_key(k, p), pad(n))
+    end
   end
   redis.call('ZREM', k.pending, n)
+  local t = redis.call('HMGET', k.base .. 'job:' .. n, 'turn', 'key')
+  if t[1] then -- a fair queue's job: the key's latest turn, if it was, is forgotten
+    local latest = k.base .. 'turn'
+    if redis.call('HGET', latest, t[2] or '') == t[1] then
+      redis.call('HDEL', latest, t[2] or '')
+    end
+  end
 end
 
 -- An idempotency key is held only while its job is pending or running (seed 001). `key`: the
@@ -182,6 +274,53 @@ local function retention_of(k, default)
   return tonumber(redis.call('HGET', k.config, 'retention')) or default
 end
 
+-- The throughput history (Backend.throughput_get): a hash per queue and hour,
+-- "<base>tp:<hour>" (hour = floor(now / 3600)), with a field per minute and kind,
+-- "<minute start>c" (completed) or "<minute start>f" (failed into the dead letter). A key expires
+-- TP_KEEP seconds after its hour's first write (a day and two hours: the last day's chart is
+-- whole), so nothing has to prune it. A script that finishes many jobs sets TALLY = {} first and
+-- calls tally_flush() before it returns: one HINCRBY per queue, minute and kind, not per job.
+local TP_KEEP = 93600
+local TALLY = nil
+
+local function tp_key(k, now)
+  return k.base .. 'tp:' .. int(math.floor(now / 3600))
+end
+
+local function tp_add(key, field, n)
+  redis.call('HINCRBY', key, field, n)
+  redis.call('EXPIRE', key, TP_KEEP, 'NX')
+end
+
+local function tally(k, status, now)
+  if status ~= 'completed' and status ~= 'failed' then
+    return
+  end
+  local key = tp_key(k, now)
+  local field = int(math.floor(now / 60) * 60) .. (status == 'completed' and 'c' or 'f')
+  if not TALLY then
+    tp_add(key, field, 1)
+    return
+  end
+  local id = key .. ' ' .. field
+  local t = TALLY[id]
+  if not t then
+    t = {key = key, field = field, n = 0}
+    TALLY[id] = t
+    TALLY[#TALLY + 1] = t
+  end
+  t.n = t.n + 1
+end
+
+local function tally_flush()
+  if TALLY then
+    for _, t in ipairs(TALLY) do
+      tp_add(t.key, t.field, t.n)
+    end
+    TALLY = {}
+  end
+end
+
 -- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept),
 -- but a failed or cancelled workflow job: its deletion must reach the jobs it is linked to
 -- (drop_linked in _flows.lua), which a key TTL would not, so only jobs_expire drops it.
@@ -195,6 +334,7 @@ local function to_finished(k, jk, n, status, now, ttl, batch, key)
     redis.call('ZADD', k['done_' .. status], now, n)
   end
   release_idem(k, jk, n, key)
+  tally(k, status, now)
   if ttl > 0 and (status == 'completed' or redis.call('HEXISTS', jk, 'workflow_id') == 0) then
     redis.call('EXPIRE', jk, ttl)
   end
@@ -207,12 +347,31 @@ end
 
 -- A queue fed with a time to live (seed 003's list::Publish ttl) lapses, with the pending jobs
 -- it still holds, once nothing was pushed for that long: "alive" expired, "ttl" is still set.
-local function lapse_if_due(k)
+-- A queue holding workflow jobs lapses with its waiting steps too (nothing will run them), and
+-- each workflow job dropped takes its waiting steps downstream along and frees its inputs, as
+-- a purge does (drop_linked, _flows.lua): only a script that carries a ctx (jobs_expire.lua)
+-- does that; the others (a claim, an insert) get -1 for such a queue, and leave it alone.
+local function lapse_if_due(k, ctx)
   if redis.call('EXISTS', k.ttl) == 0 or redis.call('EXISTS', k.alive) == 1 then
     return 0
   end
   if redis.call('EXISTS', k.stages) == 1 then
     return 0 -- not while a batch is written into it: its staged jobs are pending already
+  end
+  local linked = 0
+  if redis.call('EXISTS', k.workflows) == 1 then
+    if not ctx then
+      return -1
+    end
+    for _, n in ipairs(redis.call('ZRANGE', k.waiting, 0, -1)) do
+      ctx.drop_linked(ctx, k, n, 'waiting', true)
+    end
+    for _, n in ipairs(redis.call('ZRANGE', k.pending, 0, -1)) do
+      if redis.call('HEXISTS', job_key(k, n), 'workflow_id') == 1 then
+        ctx.drop_linked(ctx, k, n, 'pending', true)
+        linked = linked + 1
+      end
+    end
   end
   local ns = redis.call('ZRANGE', k.pending, 0, -1)
   for _, n in ipairs(ns) do
@@ -221,10 +380,10 @@ local function lapse_if_due(k)
     redis.call('DEL', jk)
   end
   for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
-    redis.call('DEL', k.base .. 'ready:' .. p)
+    redis.call('DEL', k.base .. 'ready:' .. p, turns_key(k, p), unturned_key(k, p))
   end
-  redis.call('DEL', k.prios, k.pending, k.ttl)
-  return #ns
+  redis.call('DEL', k.prios, k.pending, k.ttl, k.base .. 'turn')
+  return #ns + linked
 end
 
 -- Wake waiting workers: a few tokens on the queue's wake list (BLPOP), trimmed so that an
@@ -317,6 +476,8 @@ local function drop_job(k, n, status, has_wf)
   redis.call('DEL', job_key(k, n), k.base .. 'inputs:' .. n, k.base .. 'freed:' .. n)
   if status == 'waiting' then
     redis.call('ZREM', k.waiting, n)
+  elseif status == 'pending' then
+    redis.call('ZREM', k.pending, n) -- a lapsed queue's (lapse_if_due deletes its ready levels)
   else
     from_finished(k, n, status)
   end
@@ -407,7 +568,10 @@ end
 
 -- Fail a corrupt job where it stands (pending or running), with the reason as its error.
 local function fail_corrupt(k, jk, n, now, reason, ttl)
-  redis.call('ZREM', k.claims, n)
+  if redis.call('ZREM', k.claims, n) == 1 then
+    local f = redis.call('HMGET', jk, 'name', 'key', 'slots')
+    leave_running(k, jk, f[1], f[2], f[3])
+  end
   redis.call('ZREM', k.pending, n)
   redis.call('HDEL', jk, 'token', 'lease_expires_at')
   redis.call('HSET', jk, 'status', 'failed', 'error', 'corrupt job record: ' .. reason,
@@ -461,6 +625,25 @@ local function staged(k, n)
   return redis.call('EXISTS', k.stages) == 1 and in_ranges(stage_ranges(k), n)
 end
 
+-- The spans of job numbers of queue k that are not hidden, newest first, as score bounds
+-- {max, min}: all of them, or the gaps between the ranges of batches still staged (see
+-- "Staged batches" in _lib.lua).
+local function visible_spans(k)
+  if redis.call('EXISTS', k.stages) == 0 then
+    return {{'+inf', '-inf'}}
+  end
+  local ranges = stage_ranges(k)
+  table.sort(ranges, function(a, b) return a[1] > b[1] end)
+  local spans, top = {}, '+inf'
+  for _, r in ipairs(ranges) do
+    spans[#spans + 1] = {top, '(' .. int(r[2])}
+    top = '(' .. int(r[1])
+  end
+  spans[#spans + 1] = {top, '-inf'}
+  return spans
+end
+
+
 local function stage_key(k, b)
   return k.base .. 'stage:' .. b
 end
@@ -481,13 +664,32 @@ local function waits_on(job)
   return after ~= nil and #after > 0
 end
 
+-- on_conflict = "replace" (row field 17: 1 = the payload, 2 = the payload and run_at): the
+-- pending job n holding the key takes the row's payload, and its run_at (row fields 5 and 6,
+-- as for a new job) when the row sets one, moving its ready entry. Its other fields stay.
+local function replace_pending(k, n, job, now)
+  local jk = job_key(k, n)
+  redis.call('HSET', jk, 'payload', job[3])
+  if job[17] ~= 2 then
+    return
+  end
+  local run_at = nz(job[6]) or (now + job[5])
+  local prio = redis.call('HGET', jk, 'priority')
+  redis.call('HSET', jk, 'run_at', run_at)
+  if prio and tonumber(prio) then
+    from_ready(k, n, prio)
+    to_ready(k, n, prio, run_at)
+  end
+end
+
 -- Insert jobs, all or nothing (jobs_insert.lua, schedules_fire.lua).
 --   o.now, o.names (queue name per group), o.jobs (rows as jobs_insert.lua's ARGV[8] describes),
 --   o.numbers (a job number per row, reserved by the caller, or nil: INCRBY o.seq_key),
 --   o.registry (set key or nil),
 --   o.wake_keys (per group, or nil), o.ttl_ms ("" = none), o.dry, o.default_attempts,
 --   o.stage ({id, lo, hi}: a slice of a staged batch, with o.numbers; see above)
--- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number)}
+-- Returns {"ok", "number1,number2,...", "10..." (1 = created, 0 = an existing job's number, 2 =
+-- an existing pending job's number that took this row's arguments: on_conflict = "replace")}
 -- (two strings: a batch's reply stays small), {"full", queue, max_pending}, or {"busy",
 -- queue, key} when a job of a batch still staged holds a key (the caller waits for that batch).
 local function insert_jobs(o)
@@ -500,7 +702,8 @@ local function insert_jobs(o)
     if not o.dry and not o.stage then
       lapse_if_due(groups[g])
     end
-    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending')
+    cfg[g] = redis.call('HMGET', groups[g].config, 'max_attempts', 'backoff', 'max_pending',
+      'fair')
     fresh[g] = 0
     counted[g] = 0
   end
@@ -526,11 +729,20 @@ local function insert_jobs(o)
           if staged(groups[g], n) and not (own and in_ranges(own, n)) then
             return {'busy', o.names[g], key}
           end
-          held = {n = n}
+          held = {n = n, replace = st == 'pending' and nz(job[17])}
         end
       end
       if not held and in_batch[g .. '|' .. key] then
-        held = {first = in_batch[g .. '|' .. key]}
+        local first = in_batch[g .. '|' .. key]
+        held = {first = first}
+        if nz(job[17]) then -- a debounce inside the batch: the first job is written with these
+          local f = o.jobs[first]
+          f[3] = job[3]
+          if job[17] == 2 then
+            f[5], f[6] = job[5], job[6]
+          end
+          held.replaced = true
+        end
       end
     end
     if held and held.again then
@@ -579,6 +791,7 @@ local function insert_jobs(o)
   local adds = {} -- key -> {score, member, score, member, ...}
   local order = {}
   local derived = {} -- position -> ids of the batch's steps waiting on it (dependents)
+  local low = {} -- group -> its lowest pending turn (fair queues), read once
   local function add(key, score, member)
     local t = adds[key]
     if not t then
@@ -594,8 +807,15 @@ local function insert_jobs(o)
     local n, created
     if p.n then
       n, created = p.n, 0
+      if p.replace then -- on_conflict = "replace" on a pending holder (see replace_pending)
+        replace_pending(groups[job[1]], n, job, o.now)
+        created = 2
+        if job[17] == 2 then
+          fresh[job[1]] = fresh[job[1]] + 1 -- its run_at moved: wake a worker
+        end
+      end
     elseif p.first then
-      n, created = numbers[p.first], 0
+      n, created = numbers[p.first], p.replaced and 2 or 0
     elseif p.again then
       n, created = int(o.numbers[i]), 1
     else
@@ -639,6 +859,10 @@ local function insert_jobs(o)
       if nz(job[13]) then
         fields[#fields + 1] = 'parent_id'
         fields[#fields + 1] = job[13]
+      end
+      if nz(job[18]) then
+        fields[#fields + 1] = 'key'
+        fields[#fields + 1] = job[18]
       end
       local wf = nz(job[14])
       if wf then
@@ -706,6 +930,14 @@ local function insert_jobs(o)
         end
         add(level, run_at, pad(n))
         add(k.pending, n, n)
+        if cfg[g][4] == '1' then -- a fair queue: the job's turn (see above)
+          if run_at <= o.now and not o.stage then
+            low[g] = low[g] or lowest_turn(k)
+            take_turn(k, job_key(k, n), n, prio, nz(job[18]), low[g])
+          else
+            add(unturned_key(k, prio), run_at, pad(n))
+          end
+        end
       end
     end
     numbers[i] = n
@@ -737,4 +969,42 @@ local function insert_jobs(o)
     end
   end
   return {'ok', table.concat(numbers, ','), table.concat(flags)}
+end
+
+-- Cancel job n of queue k (jobs_cancel.lua, jobs_cancel_many.lua): a waiting or pending job is
+-- cancelled (its ready level or waiting entry left, its idempotency key freed); a running one
+-- gets a request recorded, the first request's time and author kept (unless pending_only).
+-- Returns nil when done, else 'missing' (also a job of a batch still staged) or the status
+-- that refuses it.
+local function cancel_job(k, n, now, failed_ttl, by, pending_only)
+  local jk = job_key(k, n)
+  local cur = redis.call('HMGET', jk, 'status', 'priority')
+  if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
+    return 'missing'
+  end
+  if cur[1] == 'running' and not pending_only then
+    if redis.call('HEXISTS', jk, 'cancel_requested_at') == 0 then
+      redis.call('HSET', jk, 'cancel_requested_at', now)
+      if by ~= '' then
+        redis.call('HSET', jk, 'cancelled_by', by)
+      end
+    end
+    return nil
+  end
+  if cur[1] ~= 'pending' and cur[1] ~= 'waiting' then
+    return cur[1]
+  end
+  if cur[1] == 'waiting' then
+    from_waiting(k, jk, n)
+  else
+    from_ready(k, n, cur[2])
+  end
+  redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now, 'cancel_requested_at', now)
+  if by ~= '' then
+    redis.call('HSET', jk, 'cancelled_by', by)
+  else
+    redis.call('HDEL', jk, 'cancelled_by')
+  end
+  to_finished(k, jk, n, 'cancelled', now, failed_ttl)
+  return nil
 end

@@ -11,7 +11,8 @@
 -- Touches: the settled job hashes (a completed one drops the fields only a next attempt reads;
 --          reads each queue's config); per group the claims set, the ready levels, prios and pending
 --          (retry, release) or a finished state's two indexes and idem (completed, failed,
---          cancelled).
+--          cancelled); the throughput hash of the hour (completed and failed, see tally in
+--          _lib.lua), once per queue and minute.
 --          A job whose record turned corrupt while it ran (see fault() in _lib.lua) is failed
 --          with the reason unless the outcome completes it.
 --          A completed job with dependents counts itself as an input of each (count_input in
@@ -29,6 +30,7 @@
 --          whose own waiting jobs became pending (the caller wakes them).
 
 local now = now_from(ARGV[1])
+TALLY = {} -- the throughput history, written once per queue and minute (_lib.lua)
 local result_ttl = tonumber(ARGV[2])
 local failed_ttl = tonumber(ARGV[3])
 local prefix = ARGV[4]
@@ -74,7 +76,7 @@ for i, o in ipairs(outcomes) do
   end
   local jk = job_key(k, n)
   local cur = redis.call('HMGET', jk, 'status', 'token', 'priority', 'run_at', 'created_at',
-    'dependents', 'idempotency_key', 'depends_on')
+    'dependents', 'idempotency_key', 'depends_on', 'name', 'key', 'slots')
   if cur[1] ~= 'running' or cur[2] ~= token then
     refused[#refused + 1] = i
   else
@@ -83,6 +85,9 @@ for i, o in ipairs(outcomes) do
     local bad = kind ~= 'completed' and fault(jk)
     batch_add(done, 'ZREM', k.claims, n)
     local result, err = nz(o[5]), nz(o[6])
+    if not (bad and kind ~= 'completed') then -- fail_corrupt frees it itself
+      leave_running(k, jk, cur[9], cur[10], cur[11]) -- its key slots are free
+    end
     if bad and kind ~= 'completed' then -- a retry or release could not requeue it
       fail_corrupt(k, jk, n, now, bad, failed_ttl)
     elseif kind == 'completed' then
@@ -161,4 +166,5 @@ end
 for _, note in ipairs(notes) do
   refused[#refused + 1] = note
 end
+tally_flush()
 return refused

@@ -13,37 +13,12 @@
 
 local now = now_from(ARGV[1])
 local n = ARGV[2]
-local failed_ttl = tonumber(ARGV[3])
 local k = queue_keys(1)
-local jk = job_key(k, n)
-
-local cur = redis.call('HMGET', jk, 'status', 'priority')
-if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
+local refused = cancel_job(k, n, now, tonumber(ARGV[3]), ARGV[4], ARGV[5] == '1')
+if refused == 'missing' then
   return {'missing'}
-end
-local by = ARGV[4]
-if cur[1] == 'running' and ARGV[5] ~= '1' then
-  if redis.call('HEXISTS', jk, 'cancel_requested_at') == 0 then
-    redis.call('HSET', jk, 'cancel_requested_at', now)
-    if by ~= '' then
-      redis.call('HSET', jk, 'cancelled_by', by)
-    end
-  end
-elseif cur[1] ~= 'pending' and cur[1] ~= 'waiting' then
-  return {'status', cur[1]}
-else
-  if cur[1] == 'waiting' then
-    from_waiting(k, jk, n)
-  else
-    from_ready(k, n, cur[2])
-  end
-  redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', now, 'cancel_requested_at', now)
-  if by ~= '' then
-    redis.call('HSET', jk, 'cancelled_by', by)
-  else
-    redis.call('HDEL', jk, 'cancelled_by')
-  end
-  to_finished(k, jk, n, 'cancelled', now, failed_ttl)
+elseif refused then
+  return {'status', refused}
 end
 local out = {'ok'}
 for _, v in ipairs(record(k, n)) do

@@ -10,12 +10,16 @@
 --          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
 --          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
 --          reason instead, and the others of the batch are claimed as usual.
--- Returns: claim: 12 strings per job: group, number, name, payload, attempts, max_attempts,
---          backoff, timeout, lease, token, delivery, parent_id ("" for none).
---          peek: 4 strings per candidate: group, priority, run_at, number.
+--          Through the gate (_gate.lua): the rate buckets of the starts made (tat strings with
+--          a TTL), each keyed job's key slots (keyrun), a fair queue's turns and turn hash.
+-- Returns: first next_open: the seconds until a rate that held a due job back admits a start,
+--          "" when none did; then, claim: 13 strings per job: group, number, name, payload,
+--          attempts, max_attempts, backoff, timeout, lease, token, delivery, parent_id ("" for
+--          none), run_at; peek: 4 strings per candidate: group, priority, run_at, number.
 --
--- Order: priority DESC, run_at ASC, enqueue order ASC, across every group. Paused queues give
--- nothing; a queue with max_concurrency m and r running jobs gives at most m - r.
+-- Order: priority DESC, run_at ASC (a fair queue: turn ASC first), enqueue order ASC, across
+-- every group. Every due job passes the gate (_gate.lua: paused, max_concurrency, rates, key
+-- slots and key rates of the queue and of the job's name) or is skipped, left pending.
 
 local now = now_from(ARGV[1])
 local ng = tonumber(ARGV[2])
@@ -25,7 +29,8 @@ local prefix = ARGV[5]
 local peek = ARGV[6] == '1'
 local failed_ttl = tonumber(ARGV[7]) or 0
 
--- Claim order: priority DESC, run_at ASC, enqueue order ASC.
+-- Claim order: priority DESC, run_at ASC, enqueue order ASC (a fair queue: turns first, see
+-- fair_due; its own order is kept when groups are merged).
 local function better(a, b)
   if a.prio ~= b.prio then
     return a.prio > b.prio
@@ -36,60 +41,168 @@ local function better(a, b)
   return a.member < b.member -- zero-padded numbers: string order is enqueue order
 end
 
-local candidates = {}
-local groups = {}
+-- Due jobs a limited queue's claim looks at, at most (the gate may hold many back): a job
+-- behind more held-back ones than this waits for a later claim.
+local SCAN_MAX = 512
+-- Jobs of a fair queue's level that became due (see "Fair turns" in _lib.lua) given their
+-- turn per claim, at most, beyond the claim's own limit (so that a claim behind a staged batch
+-- still comes back full: a worker whose claim is short waits for a push or a poll).
+local LATE_TURNS = 64
+
+-- A fair queue's due entries of one priority band (its level keys: the level and its
+-- segments), in turn order, up to `want`.
+local function fair_due(k, band, prio, want)
+  local turns, waiting = turns_key(k, int(prio)), unturned_key(k, int(prio))
+  local late = redis.call('ZRANGEBYSCORE', waiting, '-inf', now, 'LIMIT', 0, want + LATE_TURNS)
+  local low
+  for _, m in ipairs(late) do
+    redis.call('ZREM', waiting, m)
+    local n = unpad(m)
+    local jk = job_key(k, n)
+    local f = redis.call('HMGET', jk, 'status', 'key')
+    if f[1] == 'pending' then
+      low = low or lowest_turn(k)
+      take_turn(k, jk, n, int(prio), f[2] or nil, low)
+    end
+  end
+  local out = {}
+  local from = 0
+  while #out < want and from < want + SCAN_MAX do
+    local page = redis.call('ZRANGE', turns, from, from + want - 1)
+    if #page == 0 then
+      break
+    end
+    for _, m in ipairs(page) do
+      local at, where
+      for _, p in ipairs(band) do
+        at = redis.call('ZSCORE', k.base .. 'ready:' .. p, m)
+        if at then
+          where = p
+          break
+        end
+      end
+      if not at then
+        if not staged(k, unpad(m)) then -- a staged job is ready once its batch is published
+          redis.call('ZREM', turns, m) -- no longer ready (a stale entry)
+          from = from - 1
+        end
+      elseif tonumber(at) <= now then
+        out[#out + 1] = {prio = prio, p = where, run_at = tonumber(at), member = m}
+      end
+    end
+    from = from + #page
+  end
+  return out
+end
+
+-- The due jobs of group g the gate lets through, in claim order, up to the gate's room.
+local function scan(g, k, gate)
+  local mine = {}
+  if gate.room <= 0 then
+    return mine
+  end
+  local bands = {}
+  local levels = redis.call('ZREVRANGE', k.prios, 0, -1, 'WITHSCORES')
+  for i = 1, #levels, 2 do
+    local prio = tonumber(levels[i + 1])
+    if #bands == 0 or bands[#bands].prio ~= prio then
+      bands[#bands + 1] = {prio = prio}
+    end
+    table.insert(bands[#bands], levels[i])
+  end
+  local scanned = 0
+  -- An open gate takes every due job it meets: it scans no more than it takes.
+  local budget = gate.open and math.huge or SCAN_MAX
+  for _, band in ipairs(bands) do
+    if #mine >= gate.room or scanned >= budget then
+      break
+    end
+    -- Without limits every due job passes: ask each level for what is left, as ever.
+    local want = gate.open and (gate.room - #mine) or (SCAN_MAX - scanned)
+    local entries
+    if gate.fair then
+      entries = fair_due(k, band, band.prio, want)
+    else
+      -- A level may have segments beside it (a published batch's entries being merged into
+      -- it, see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each
+      -- key of one priority may hold the best entries, so each is asked, then sorted.
+      entries = {}
+      for _, p in ipairs(band) do
+        local level = k.base .. 'ready:' .. p
+        local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+          want)
+        if #due == 0 and redis.call('EXISTS', level) == 0 then
+          redis.call('ZREM', k.prios, p) -- an emptied level
+        end
+        for j = 1, #due, 2 do
+          entries[#entries + 1] = {prio = band.prio, p = p, run_at = tonumber(due[j + 1]),
+            member = due[j]}
+        end
+      end
+      if #band > 1 then
+        table.sort(entries, better)
+      end
+    end
+    for _, e in ipairs(entries) do
+      if #mine >= gate.room or scanned >= budget then
+        break
+      end
+      scanned = scanned + 1
+      local scopes = {}
+      if not gate.open then
+        local f = redis.call('HMGET', job_key(k, unpad(e.member)), 'name', 'key')
+        scopes = gate_pass(gate, f[1] or nil, f[2] or nil)
+      end
+      if scopes then
+        e.g, e.scopes = g, scopes
+        mine[#mine + 1] = e
+      elseif gate_closed(gate) then
+        return mine -- the queue's own rate admits no more: nothing behind can start
+      end
+    end
+  end
+  return mine
+end
+
+local lists, gates, groups = {}, {}, {}
 for g = 1, ng do
   local k = queue_keys(g)
   groups[g] = k
-  lapse_if_due(k)
-  local conf = redis.call('HMGET', k.config, 'paused', 'max_concurrency')
-  local cap = limit
-  if conf[2] then
-    cap = math.min(cap, tonumber(conf[2]) - redis.call('ZCARD', k.claims))
-  end
-  if conf[1] ~= '1' and cap > 0 then
-    -- Levels from the highest priority down: a lower level can only fill what is left. A
-    -- level may have segments beside it (a published batch's entries being merged into it,
-    -- see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each of the
-    -- keys of one priority may hold the best entries, so each is asked for what the higher
-    -- priorities left, and the queue's share is cut to its cap once they are sorted.
-    local got, before, prio_of_band = 0, 0, nil
-    local mine = {}
-    local levels = redis.call('ZREVRANGE', k.prios, 0, -1, 'WITHSCORES')
-    for i = 1, #levels, 2 do
-      local p, prio = levels[i], tonumber(levels[i + 1])
-      if prio ~= prio_of_band then
-        if got >= cap then
-          break
-        end
-        prio_of_band, before = prio, got
-      end
-      local level = k.base .. 'ready:' .. p
-      local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-        cap - before)
-      if #due == 0 and redis.call('EXISTS', level) == 0 then
-        redis.call('ZREM', k.prios, p) -- an emptied level
-      end
-      for j = 1, #due, 2 do
-        mine[#mine + 1] = {
-          g = g, prio = prio, p = p, run_at = tonumber(due[j + 1]), member = due[j],
-        }
-      end
-      got = got + #due / 2
-    end
-    if #mine > cap then -- only with segments: keys of one priority each gave up to the cap
-      table.sort(mine, better)
-    end
-    for j = 1, math.min(cap, #mine) do
-      candidates[#candidates + 1] = mine[j]
-    end
-  end
+  local lapsed = lapse_if_due(k) -- -1: lapsed with workflow jobs, left to jobs_expire
+  gates[g] = gate_open(k, now, limit)
+  lists[g] = lapsed >= 0 and scan(g, k, gates[g]) or {}
 end
 
-table.sort(candidates, better)
+-- Merge the groups' lists, each in its own order, by their heads.
+local candidates = {}
+local at = {}
+for g = 1, ng do
+  at[g] = 1
+end
+while #candidates < limit do
+  local best
+  for g = 1, ng do
+    local head = lists[g][at[g]]
+    if head and (not best or better(head, lists[best][at[best]])) then
+      best = g
+    end
+  end
+  if not best then
+    break
+  end
+  candidates[#candidates + 1] = lists[best][at[best]]
+  at[best] = at[best] + 1
+end
 
-local out = {}
-local chosen = math.min(limit, #candidates)
+local next_open
+for g = 1, ng do
+  local o = gates[g].next_open
+  if o and (not next_open or o < next_open) then
+    next_open = o
+  end
+end
+local out = {next_open and fmt(next_open - now) or ''}
+local chosen = #candidates
 if peek then
   for i = 1, chosen do
     local c = candidates[i]
@@ -121,9 +234,9 @@ for level, at in pairs(levels) do
 end
 
 -- One read per job serves both the check for a corrupt record (fault_of) and the reply.
-local READ = {'backoff', 'parent_id'}
+local READ = {'backoff', 'parent_id', 'key', 'turn'}
 for i, f in ipairs(FIELDS) do
-  READ[2 + i] = f
+  READ[4 + i] = f
 end
 local claims = new_batch()
 for i = 1, chosen do
@@ -139,9 +252,31 @@ for i = 1, chosen do
     local lease = tonumber(f.lease)
     local token = prefix .. '.' .. n
     local expires = now + lease
-    redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
-      'worker_id', worker, 'token', token, 'lease_expires_at', expires)
+    -- the key slots it takes: its queue's and its name's scopes that have a key_concurrency
+    local mark = ''
+    if f.key then
+      local gate, own = gates[c.g], job_limits(gates[c.g], f.name)
+      mark = (gate.q.kc and 'q' or '') .. (own and own.kc and 'j' or '')
+      if mark ~= '' then
+        key_slots(k, f.name, f.key, 1, mark)
+      end
+    end
+    if f.key then
+      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+        'worker_id', worker, 'token', token, 'lease_expires_at', expires, 'slots', mark)
+    else
+      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+        'worker_id', worker, 'token', token, 'lease_expires_at', expires)
+    end
     batch_add(claims, 'ZADD', k.claims, expires, n)
+    gate_take(c.scopes)
+    if f.turn then -- a fair queue's turn is used: the key's latest, if it was, is forgotten
+      batch_add(claims, 'ZREM', turns_key(k, int(c.prio)), c.member)
+      local latest = k.base .. 'turn'
+      if redis.call('HGET', latest, f.key or '') == f.turn then
+        redis.call('HDEL', latest, f.key or '')
+      end
+    end
     out[#out + 1] = tostring(c.g)
     out[#out + 1] = n
     out[#out + 1] = f.name
@@ -154,9 +289,13 @@ for i = 1, chosen do
     out[#out + 1] = token
     out[#out + 1] = f.delivery or 'at_least_once'
     out[#out + 1] = f.parent_id or ''
+    out[#out + 1] = fmt(c.run_at)
   elseif not KNOWN_STATES[f.status or ''] and redis.call('EXISTS', jk) == 1 then
     fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
   end
 end
 batch_send(claims)
+for g = 1, ng do
+  gate_commit(gates[g])
+end
 return out

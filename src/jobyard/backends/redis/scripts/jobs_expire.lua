@@ -24,7 +24,7 @@ local ng = tonumber(ARGV[2])
 local result_ttl = tonumber(ARGV[3])
 local failed_ttl = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
-local ctx = new_ctx(now, result_ttl, ARGV[7] == '1', ARGV[6])
+local ctx = lapse_ctx(new_ctx(now, result_ttl, ARGV[7] == '1', ARGV[6]))
 
 local function prune(g, k, status, ttl, has_wf)
   if ttl <= 0 then
@@ -46,7 +46,8 @@ local dropped = 0
 for g = 1, ng do
   local k = queue_keys(g)
   local has_wf = redis.call('EXISTS', k.workflows) == 1
-  dropped = dropped + lapse_if_due(k)
+  ctx.g = g
+  dropped = dropped + lapse_if_due(k, ctx)
   dropped = dropped + prune(g, k, 'completed', retention_of(k, result_ttl), has_wf)
   dropped = dropped + prune(g, k, 'failed', failed_ttl, has_wf)
   dropped = dropped + prune(g, k, 'cancelled', failed_ttl, has_wf)

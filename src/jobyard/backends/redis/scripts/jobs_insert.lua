@@ -12,12 +12,14 @@
 --           workflow_id|null, inputs (1-based positions of earlier jobs of this array, or
 --           their ids joined by commas when the numbers were reserved; none: not waiting),
 --           dependents (ids joined by commas, given with reserved numbers; else derived from
---           the positions)
+--           the positions); a plain job with on_conflict = "replace" carries those three as
+--           null and a 17th: 1 = replace a pending holder's payload, 2 = its payload and run_at
 -- Touches: job hashes, ready levels, prios, pending (waiting for a step with inputs), idem,
 --          workflows and wf:<id> (workflow jobs), ttl/alive of each group; with the
 --          global keys: INCRBY on the sequence, SADD on the registry, LPUSH/LTRIM on wake lists.
 -- Returns: {"ok", "number1,number2,...", "110..."} in job order (1: created, 0: the number of
---          the job holding its idempotency key), or {"full", queue, max_pending} having written
+--          the job holding its idempotency key, 2: that of a pending holder given the job's
+--          arguments), or {"full", queue, max_pending} having written
 --          nothing.
 
 local names = cjson.decode(ARGV[2])

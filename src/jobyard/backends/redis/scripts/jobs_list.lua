@@ -33,24 +33,6 @@ local function matches(k, n, st)
   return (st == '' or f[1] == st or not KNOWN_STATES[f[1] or '']) and (name == '' or f[2] == name)
 end
 
--- The spans of job numbers of queue k that are not hidden, newest first, as score bounds
--- {max, min}: all of them, or the gaps between the ranges of batches still staged (see
--- "Staged batches" in _lib.lua).
-local function visible_spans(k)
-  if redis.call('EXISTS', k.stages) == 0 then
-    return {{'+inf', '-inf'}}
-  end
-  local ranges = stage_ranges(k)
-  table.sort(ranges, function(a, b) return a[1] > b[1] end)
-  local spans, top = {}, '+inf'
-  for _, r in ipairs(ranges) do
-    spans[#spans + 1] = {top, '(' .. int(r[2])}
-    top = '(' .. int(r[1])
-  end
-  spans[#spans + 1] = {top, '-inf'}
-  return spans
-end
-
 -- The newest `want` matching numbers of index `key` (scored by number), as {n, g} entries. It
 -- reads on from the last number seen (an index seek, however deep the listing goes).
 local function newest_in(k, g, key, st, found)

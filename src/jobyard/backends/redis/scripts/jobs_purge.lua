@@ -6,8 +6,10 @@
 --       [4] at most this many deletions per call, waiting steps aside (the caller repeats while
 --       a call reports more)   [5] seconds a completed job is kept unless its queue's config
 --       sets a retention (0: forever; the TTL of an input this frees)   [6] the key prefix
---       [7] "1" = a single node: reach every queue (keys_at)   [8..] finished states to purge
---       (completed, failed, cancelled)
+--       [7] "1" = a single node: reach every queue (keys_at)   [8] JSON array of job numbers
+--       per group ([[n, ...], ...]): only those jobs (the dead letter's bulk purge, a batch at a
+--       time; an input this frees is deleted only if it is among them), "" = every job
+--       [9..] finished states to purge (completed, failed, cancelled)
 -- Touches: the deleted job hashes and their entries in each state's two indexes and in their
 --          workflow's index (workflows, wf:<id>); per _flows.lua the waiting steps downstream
 --          of a deleted job (hash, waiting, workflow index) and the inputs it held (holds,
@@ -22,8 +24,9 @@ local ng = tonumber(ARGV[2])
 local cutoff = now - tonumber(ARGV[3])
 local left = tonumber(ARGV[4])
 local ctx = new_ctx(now, tonumber(ARGV[5]), ARGV[7] == '1', ARGV[6])
+local only = ARGV[8] ~= '' and cjson.decode(ARGV[8]) or nil
 local statuses = {}
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   statuses[#statuses + 1] = ARGV[i]
 end
 local deleted = 0
@@ -33,7 +36,18 @@ local function walk(g, k, st, has_wf)
     return
   end
   ctx.g = g
-  local old = redis.call('ZRANGEBYSCORE', k['done_' .. st], '-inf', cutoff, 'LIMIT', 0, left)
+  local old
+  if only then
+    old = {}
+    for _, n in ipairs(only[g]) do
+      local at = tonumber(redis.call('ZSCORE', k['done_' .. st], n))
+      if at and at <= cutoff and #old < left then
+        old[#old + 1] = n
+      end
+    end
+  else
+    old = redis.call('ZRANGEBYSCORE', k['done_' .. st], '-inf', cutoff, 'LIMIT', 0, left)
+  end
   for _, n in ipairs(old) do
     if has_wf then
       drop_linked(ctx, k, n, st, true)
@@ -62,7 +76,16 @@ if purges_completed then
     if ctx.freed[k.base] then
       walk(g, k, 'completed', true)
     end
-    kept = kept + redis.call('ZCOUNT', k.held, '-inf', cutoff)
+    if only then
+      for _, n in ipairs(only[g]) do
+        local at = tonumber(redis.call('ZSCORE', k.held, n))
+        if at and at <= cutoff then
+          kept = kept + 1
+        end
+      end
+    else
+      kept = kept + redis.call('ZCOUNT', k.held, '-inf', cutoff)
+    end
   end
 end
 local out = {deleted + ctx.waiting, ctx.waiting, kept, left <= 0 and 1 or 0}

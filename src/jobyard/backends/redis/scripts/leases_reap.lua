@@ -7,16 +7,18 @@
 --       [4] seconds a failed job is kept (0: forever)   [5] the lease-lost error
 --       [6] the at-most-once-lost error   [7] "1" = wake lists follow
 --       [8] owed entries to read per group (Cluster)   [9] the cancelled-on-request error
--- Touches: per group the claims set and the recovered job hashes: cancelled (a cancellation
+-- Touches: per group the claims set, the key slots (keyrun) and the recovered job hashes: cancelled (a cancellation
 --          was asked), back to pending (ready level, prios, pending; the attempt stays counted)
 --          or failed (at_most_once, or attempts spent, or a corrupt record: see fault() in
+--          _lib.lua); a failed one is counted in the throughput hash of the hour (tally in
 --          _lib.lua).
 --          Reads (Cluster, ARGV[7] ""): about ARGV[8] entries of each group's owed hash.
--- Returns: 3 strings per recovered job: group, number, new status. Then, Cluster only, an array
+-- Returns: 4 strings per recovered job: group, number, new status, name. Then, Cluster only, an array
 --          {"owed", group, number, dependents} per release a completion left owed (jobs_ack.lua):
 --          its caller may have died before paying it; the backend pays it (idempotent).
 
 local now = now_from(ARGV[1])
+TALLY = {} -- the throughput history, written once per queue and minute (_lib.lua)
 local ng = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local failed_ttl = tonumber(ARGV[4])
@@ -37,9 +39,11 @@ for g = 1, ng do
     local lapsed = redis.call('ZRANGEBYSCORE', k.claims, '-inf', '(' .. fmt(now), 'LIMIT', 0, left)
     for _, n in ipairs(lapsed) do
       local jk = job_key(k, n)
-      redis.call('ZREM', k.claims, n)
       local f = redis.call('HMGET', jk, 'status', 'delivery', 'attempts', 'max_attempts', 'priority',
-        'cancel_requested_at')
+        'cancel_requested_at', 'name', 'key', 'slots')
+      if redis.call('ZREM', k.claims, n) == 1 then
+        leave_running(k, jk, f[7], f[8], f[9]) -- a lapsed lease frees its key slots here
+      end
       local bad = fault(jk)
       if f[1] == 'running' then
         redis.call('HDEL', jk, 'token', 'lease_expires_at')
@@ -68,6 +72,7 @@ for g = 1, ng do
         out[#out + 1] = tostring(g)
         out[#out + 1] = n
         out[#out + 1] = status
+        out[#out + 1] = f[7] or ''
         left = left - 1
       end
     end
@@ -85,4 +90,5 @@ end
 for _, note in ipairs(notes) do
   out[#out + 1] = note
 end
+tally_flush()
 return out

@@ -5,8 +5,11 @@
 -- Touches: nothing (ZCARD and ZCOUNT on the state indexes and held; the jobs of batches still
 --          staged are left out of the waiting and pending counts: see "Staged batches" in
 --          _lib.lua).
--- Returns: 8 integers per group: waiting, pending, running, completed, failed, cancelled, completed in
---          the last 60 seconds, 1 if the queue has a configuration.
+--          The oldest due pending job: the head of each ready level listed in prios (ZRANGE 0 0,
+--          one entry per level), never a walk of the pending jobs.
+-- Returns: 9 values per group: waiting, pending, running, completed, failed, cancelled, completed in
+--          the last 60 seconds, 1 if the queue has a configuration, and the run_at of the
+--          oldest due pending job as a string ("" if none is due).
 
 local now = now_from(ARGV[1])
 local ng = tonumber(ARGV[2])
@@ -31,5 +34,14 @@ for g = 1, ng do
   out[#out + 1] = redis.call('ZCOUNT', k.done_completed, now - 60, '+inf')
     + redis.call('ZCOUNT', k.held, now - 60, '+inf')
   out[#out + 1] = redis.call('EXISTS', k.config)
+  local oldest = nil
+  for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
+    local head = redis.call('ZRANGE', k.base .. 'ready:' .. p, 0, 0, 'WITHSCORES')
+    local at = tonumber(head[2])
+    if at and at <= now and (oldest == nil or at < oldest) then
+      oldest = at
+    end
+  end
+  out[#out + 1] = oldest and fmt(oldest) or ''
 end
 return out

@@ -1,0 +1,145 @@
+"""The throughput history and the oldest pending job's age, on every store.
+
+``jobs_ack`` and ``leases_reap`` add each completed and failed job to its queue's minute in the
+store (``throughput_get``), so another App on the same store (a restarted dashboard) reads the
+same history; ``jobs_expire`` drops minutes past ``THROUGHPUT_KEEP``. ``stats_get`` tells the
+run_at of each queue's oldest due pending job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+import jobyard
+from jobyard.backends.base import (
+    THROUGHPUT_KEEP,
+    Backend,
+    JobsAckParams,
+    JobsClaimParams,
+    JobsExpireParams,
+    JobsInsertParams,
+    LeasesReapParams,
+    NewJob,
+    Outcome,
+    StatsParams,
+    ThroughputMinute,
+    ThroughputParams,
+)
+
+PAYLOAD = '{"args":[],"kwargs":{}}'
+T0 = 1_800_000_000.0  # the clock fixture's instant: a minute's start (divisible by 60)
+
+
+def new(queue: str, **kw: object) -> NewJob:
+    return NewJob(name="task", queue=queue, payload=PAYLOAD, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def backend(make_app: Callable[..., jobyard.App], clock: jobyard.FrozenClock) -> Backend:
+    return make_app(clock).backend
+
+
+def settle(backend: Backend, queue: str, *kinds: str) -> None:
+    backend.jobs_insert(JobsInsertParams([new(queue) for _ in kinds]))
+    jobs = backend.jobs_claim(JobsClaimParams("w1", [queue], len(kinds)))
+    assert len(jobs) == len(kinds)
+    outcomes = [Outcome(j.id, j.token, kind) for j, kind in zip(jobs, kinds, strict=True)]
+    assert backend.jobs_ack(JobsAckParams(outcomes)) == []
+
+
+def test_acks_and_the_reaper_count_per_queue_and_minute(
+    backend: Backend, clock: jobyard.FrozenClock, make_app: Callable[..., jobyard.App]
+) -> None:
+    assert T0 % 60 == 0
+    # given completions, failures, a retry, a release and a cancellation in one minute
+    clock.advance(5)
+    settle(backend, "a", "completed", "completed", "failed", "retry", "release", "cancelled")
+    settle(backend, "b", "completed")
+    # and a stale ack, which counts nothing
+    backend.jobs_insert(JobsInsertParams([new("b")]))
+    (job,) = backend.jobs_claim(JobsClaimParams("w1", ["b"], 1))
+    backend.jobs_ack(JobsAckParams([Outcome(job.id, "not-the-token", "completed")]))
+    assert backend.jobs_ack(JobsAckParams([Outcome(job.id, job.token, "failed")])) == []
+
+    # when two minutes later the reaper fails a job whose lapsed lease spent its last attempt
+    clock.advance(120)
+    backend.jobs_insert(JobsInsertParams([new("c", lease=1, max_attempts=1)]))
+    backend.jobs_insert(JobsInsertParams([new("c", lease=1, max_attempts=3)]))
+    assert len(backend.jobs_claim(JobsClaimParams("w2", ["c"], 2))) == 2
+    clock.advance(5)
+    assert sorted(r.status for r in backend.leases_reap(LeasesReapParams())) == [
+        "failed",
+        "pending",
+    ]
+
+    # then the history holds each minute's completed and failed jobs, by queue then minute
+    expected = [
+        ThroughputMinute("a", T0, 2, 1),
+        ThroughputMinute("b", T0, 1, 1),
+        ThroughputMinute("c", T0 + 120, 0, 1),
+    ]
+    assert backend.throughput_get(ThroughputParams(since=3600)) == expected
+    # only the queues asked for, and only the minutes that end after now - since
+    assert backend.throughput_get(ThroughputParams(3600, queues=["b"])) == [expected[1]]
+    assert backend.throughput_get(ThroughputParams(since=60)) == [expected[2]]
+    assert backend.throughput_get(ThroughputParams(3600, queues=["nope"])) == []
+
+    # and another App on the same store (a restarted dashboard) reads the same history
+    other = make_app(clock).backend
+    assert other.throughput_get(ThroughputParams(since=86400)) == expected
+
+
+def test_a_day_of_history_is_kept_and_older_minutes_are_pruned(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a minute of history, then another a day later
+    settle(backend, "a", "completed")
+    clock.advance(86400)
+    settle(backend, "a", "failed")
+    backend.jobs_expire(JobsExpireParams())
+    # then both are kept (a day and an hour is kept), the day's read sees both
+    assert backend.throughput_get(ThroughputParams(since=86400 + 60)) == [
+        ThroughputMinute("a", T0, 1, 0),
+        ThroughputMinute("a", T0 + 86400, 0, 1),
+    ]
+    # when time passes beyond what is kept and maintenance runs
+    clock.advance(THROUGHPUT_KEEP - 86400 + 120)
+    backend.jobs_expire(JobsExpireParams())
+    # then only the recent minute is left, whatever is asked for
+    assert backend.throughput_get(ThroughputParams(since=10 * 86400)) == [
+        ThroughputMinute("a", T0 + 86400, 0, 1)
+    ]
+
+
+def test_stats_tell_the_oldest_due_pending_job(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given due jobs of several priorities, a delayed one and a queue with nothing due
+    backend.jobs_insert(JobsInsertParams([new("a", priority=5)]))
+    clock.advance(10)
+    backend.jobs_insert(JobsInsertParams([new("a", priority=0), new("a", priority=-3)]))
+    backend.jobs_insert(JobsInsertParams([new("a", run_at=T0 - 100, priority=1)]))
+    backend.jobs_insert(JobsInsertParams([new("b", delay=60)]))
+    clock.advance(10)
+
+    def oldest() -> dict[str, float | None]:
+        return {s.queue: s.oldest_pending_at for s in backend.stats_get(StatsParams())}
+
+    # then a's oldest due job is the one due earliest, whatever its priority; b has none due
+    ages = oldest()
+    assert ages["a"] == pytest.approx(T0 - 100, abs=1e-3)
+    assert ages["b"] is None
+    # when it is claimed, the next one counts: the first insert (priority 5, due at T0)
+    claimed = backend.jobs_claim(JobsClaimParams("w", ["a"], 1))
+    assert [c.id for c in claimed]  # the priority-5 job goes first
+    assert oldest()["a"] == pytest.approx(T0 - 100, abs=1e-3)
+    backend.jobs_claim(JobsClaimParams("w", ["a"], 1))  # run_at T0 - 100, priority 1
+    assert oldest()["a"] == pytest.approx(T0 + 10, abs=1e-3)
+    # and once b's delayed job is due it is b's oldest
+    clock.advance(60)
+    assert oldest()["b"] == pytest.approx(T0 + 70, abs=1e-3)
+    assert backend.stats_get(StatsParams(["b"]))[0].oldest_pending_at == pytest.approx(
+        T0 + 70, abs=1e-3
+    )

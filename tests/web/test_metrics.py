@@ -1,0 +1,105 @@
+"""``/metrics`` on the dashboard, on every store: parsed with prometheus-client's own parser,
+its values checked against what ran (an in-process worker; the worker's own ``--metrics-port``
+with real processes is in tests/e2e/test_observability.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import jobyard
+from tests.conftest import running_worker, wait_until
+
+pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a scrape: (sample name, sorted labels) -> value."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict[Any, float], sample: str, /, **labels: str) -> float:
+    return samples.get((sample, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_match_what_ran(
+    make_app: Callable[..., jobyard.App], client_for: Callable[..., Any]
+) -> None:
+    # given an app whose dashboard counts from the start, three jobs that complete, two that
+    # fail twice (one retry, then the dead letter) and one left pending on a queue no worker
+    # serves
+    app = make_app()
+
+    @app.job(queue="obs")
+    def ok(n: int) -> int:
+        return n
+
+    @app.job(queue="obs", max_attempts=2, backoff=jobyard.Backoff("fixed", base=0.0, jitter=False))
+    def boom(n: int) -> None:
+        raise ValueError(f"boom {n}")
+
+    client = client_for(app)
+    for n in range(3):
+        ok.enqueue(n)
+    boom.enqueue_many([((n,), {}) for n in range(2)])
+    app.by_name("ok", queue="idle").enqueue(9)
+
+    # when a worker runs them all
+    def settled() -> bool:
+        (st,) = app.stats(["obs"])
+        return st.counts.get("completed") == 3 and st.counts.get("failed") == 2
+
+    with running_worker(app, queues=["obs"], concurrency=2):
+        wait_until(settled, what="the jobs to settle")
+        wait_until(lambda: app.metrics().total("failed") == 2, what="the last outcome counted")
+        response = client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        samples = scrape(response.text)
+
+    # then the counters say what ran, by queue and job name
+    assert value(samples, "jobyard_jobs_enqueued_total", queue="obs", name="ok") == 3
+    assert value(samples, "jobyard_jobs_enqueued_total", queue="obs", name="boom") == 2
+    assert value(samples, "jobyard_jobs_enqueued_total", queue="idle", name="ok") == 1
+    assert value(samples, "jobyard_jobs_completed_total", queue="obs", name="ok") == 3
+    assert value(samples, "jobyard_jobs_retried_total", queue="obs", name="boom") == 2
+    assert value(samples, "jobyard_jobs_failed_total", queue="obs", name="boom") == 2
+    assert value(samples, "jobyard_jobs_completed_total", queue="obs", name="boom") == 0
+    # the histograms count every attempt that ran, and every start
+    assert value(samples, "jobyard_job_run_seconds_count", queue="obs", name="ok") == 3
+    assert value(samples, "jobyard_job_run_seconds_count", queue="obs", name="boom") == 4
+    started = value(samples, "jobyard_job_wait_seconds_count", queue="obs", name="ok")
+    assert started + value(samples, "jobyard_job_wait_seconds_count", queue="obs", name="boom") == 7
+    inf = value(samples, "jobyard_job_run_seconds_bucket", queue="obs", name="ok", le="+Inf")
+    assert inf == 3
+    # the store's gauges: jobs by queue and status, the oldest pending job's age, live workers
+    assert value(samples, "jobyard_jobs", queue="obs", status="completed") == 3
+    assert value(samples, "jobyard_jobs", queue="obs", status="failed") == 2
+    assert value(samples, "jobyard_jobs", queue="idle", status="pending") == 1
+    age = value(samples, "jobyard_queue_oldest_pending_age_seconds", queue="idle")
+    assert 0 < age < 120
+    assert value(samples, "jobyard_queue_oldest_pending_age_seconds", queue="obs") == 0
+    assert value(samples, "jobyard_workers_live") == 1
+    assert value(samples, "jobyard_store_up") == 1
+    # and app.metrics() holds the same counters, as plain data
+    snap = app.metrics()
+    assert snap.counters["completed"] == {("obs", "ok"): 3}
+    assert snap.counters["failed"] == {("obs", "boom"): 2}
+    assert snap.to_dict()["counters"]["retried"] == [{"queue": "obs", "name": "boom", "value": 2}]
+
+
+def test_metrics_keep_the_dashboards_token(
+    make_app: Callable[..., jobyard.App], client_for: Callable[..., Any]
+) -> None:
+    app = make_app()
+    client = client_for(app, token="s3cret-token")
+    assert client.get("/metrics").status_code in (303, 401, 403)
+    ok = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+    assert ok.status_code == 200 and "jobyard_store_up 1.0" in ok.text
