@@ -30,8 +30,9 @@ typecheck: $(STAMP)
 # The suite runs in TEST_JOBS processes (pytest-xdist): most tests wait on servers, worker
 # processes and leases rather than on a core, so a 2-core machine runs more than 2. Tests marked
 # xdist_group (the chaos runs, the browser's) take one process per group (--dist loadgroup).
-# Tests marked alone assert a wall-clock bound: they run afterwards, in one process, with no
-# other test loading the machine. TEST_JOBS=0 runs the first part in one process too.
+# Tests marked alone assert a wall-clock bound or run on leases of a second (the chaos and
+# partition runs): they run afterwards, in one process, with no other test loading the machine.
+# TEST_JOBS=0 runs the first part in one process too.
 TEST_JOBS ?= 4
 test: $(STAMP) services lint typecheck
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) --dist loadgroup -m 'not alone'

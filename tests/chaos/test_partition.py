@@ -28,12 +28,13 @@ from tests.chaos.netns import Hosts
 from tests.chaos.servers import PostgresServer, RedisServer
 
 # required_where_ci: where it cannot run it skips, unless JOBYARD_REQUIRE_PARTITION=1 (.ci/run)
-# makes that a failure (tests/chaos/conftest.py). xdist_group: with the chaos runs, on one
-# worker of a parallel run, one after the other (test_chaos.py)
+# makes that a failure (tests/chaos/conftest.py). alone, xdist_group: as the chaos runs
+# (test_chaos.py)
 pytestmark = [
     pytest.mark.processes,
     pytest.mark.required_where_ci,
     pytest.mark.timeout(300),
+    pytest.mark.alone,
     pytest.mark.xdist_group("chaos"),
 ]
 

@@ -182,7 +182,7 @@ def _claimed(r: Row) -> ClaimedJob:
         token=r[9],
         delivery=r[10],
         parent_id=exact_out(r[11]),
-        run_at=None if r[13] is None else float(r[13]),
+        run_at=None if r[14] is None else float(r[14]),  # r[12], r[13]: priority, turn
     )
 
 
