@@ -241,7 +241,8 @@ class JobyardCollector:
         )
         rate = GaugeMetricFamily(
             "jobyard_limit_rate_used",
-            "How much of the scope's rate burst is taken now: 0 idle, 1 the next start waits.",
+            "How much of the scope's rate burst is taken now, 0 (idle) to 1; the next start "
+            "waits once it passes (burst - 1) / burst (any value above 0 for a burst of 1).",
             labels=["queue", "job"],
         )
         for s in view.limits:
