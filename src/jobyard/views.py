@@ -158,6 +158,16 @@ def status(app: App, *, running: bool = False) -> StatusView:
     return StatusView(mask_url(app.url), info, rows, workers, tuple(app.limits()))
 
 
+def rate_full(limit: LimitStats) -> bool:
+    """Whether the scope's rate stops the next start now: its bucket admits none (the burst's
+    last slot is taken once ``rate_used`` passes ``(burst - 1) / burst``; see
+    :class:`jobyard.backends.base.Rate`)."""
+    rate, used = limit.limits.rate, limit.rate_used
+    if rate is None or used is None:
+        return False
+    return used * rate.burst > rate.burst - 1 + 1e-9
+
+
 def limit_rules(limits: QueueLimits, max_concurrency: int | None = None) -> list[str]:
     """A scope's limits as status words them: ``max_concurrency=5``, ``rate=100/s``,
     ``key_concurrency=1``, ``key_rate=5/s``, ``fair``."""

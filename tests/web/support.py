@@ -66,3 +66,32 @@ class Counting:
 
             return counted
         return value
+
+
+@contextlib.contextmanager
+def limited_queue(app: Any, sink: Any) -> Iterator[None]:
+    """The board's ``hostile`` queue under limits, held full while the block runs: at most 2
+    running (``max_concurrency``), 1 per key (``key_concurrency``), ``6000/m`` (room left); a
+    worker runs one job of the key ``HOSTILE`` and one of ``customer:7`` (both held at the
+    gate), and holds back 3 more of ``HOSTILE`` and 1 of ``customer:7`` (pending)."""
+    from tests.conftest import running_worker, wait_until
+
+    from .board_app import HOSTILE, open_gate
+
+    app.configure_queue("hostile", max_concurrency=2, rate_limit="6000/m", key_concurrency=1)
+    fn = app.registry["hostile"]
+    for key, n in ((HOSTILE, 4), ("customer:7", 2)):
+        for i in range(n):
+            fn.options(key=key).enqueue(f"{key} {i}", mode="hold")
+    try:
+        with running_worker(app, queues=["hostile"], concurrency=4):
+
+            def full() -> bool:
+                (st,) = app.stats(["hostile"])
+                return st.counts.get("running") == 2
+
+            wait_until(full, what="two held jobs running")
+            yield
+            open_gate(sink, "hostile")
+    finally:
+        open_gate(sink, "hostile")

@@ -62,6 +62,7 @@ def hostile_store(app: jobyard.App, sink: Path) -> dict[str, str]:
     fn.options(max_attempts=1).enqueue({HOSTILE: [HOSTILE]}, mode="fail")
     jobyard.testing.drain(app)
     later = fn.options(idempotency_key=HOSTILE, delay=3600).enqueue(HOSTILE)
+    fn.options(key=HOSTILE, delay=3600).enqueue("keyed")  # a top key of the overview's limits
     held = fn.enqueue({"x": HOSTILE}, mode="hold")
     flow = jobyard.group(fn.s(HOSTILE), fn.s([HOSTILE])).then(fn.s()).enqueue()
     app.schedule(every=3600, job=fn, args=[HOSTILE], name="hostile-schedule")
@@ -135,6 +136,8 @@ def test_a_hostile_job_is_text_on_every_page(
     assert f"by {HOSTILE[:20]}" in shown.replace("\\u202e", "\u202e")[:100_000] or (
         "by <script>alert(1)</script>" in shown
     )
+    limits = pages["/"].split('aria-label="limits"', 1)[1].split("</section>", 1)[0]
+    assert "<script>alert(1)</script>" in "".join(Page_text(limits))  # the key, as text
     schedule_page = "".join(Page_text(pages["/schedules"]))
     assert "hostile-schedule" in schedule_page
 

@@ -5,6 +5,7 @@ with real processes is in tests/e2e/test_observability.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,3 +104,53 @@ def test_metrics_keep_the_dashboards_token(
     assert client.get("/metrics").status_code in (303, 401, 403)
     ok = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
     assert ok.status_code == 200 and "jobyard_store_up 1.0" in ok.text
+
+
+def test_metrics_gauge_each_limit_and_the_jobs_it_holds_back(
+    board: jobyard.App, client_for: Callable[..., Any], sink: Path
+) -> None:
+    from .support import limited_queue
+
+    # given a queue held full by its limits: 2 running of max_concurrency=2, one per key
+    # (key_concurrency=1), 3 more jobs of one key and 1 of the other pending, all due
+    client = client_for(board)
+    with limited_queue(board, sink):
+        samples = scrape(client.get("/metrics").text)
+        families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+
+    # then the running jobs and the rate used of the queue's own limits (job "")
+    assert value(samples, "jobyard_limit_running", queue="hostile", job="") == 2
+    used = samples[("jobyard_limit_rate_used", (("job", ""), ("queue", "hostile")))]
+    assert 0 <= used < 1  # two starts of a 6000/m burst (10)
+    # and the jobs held back by each limit: the whole due backlog by the full max_concurrency,
+    # none by the rate (room left), the pending jobs of both keys at their key_concurrency
+    held = "jobyard_limit_held_back"
+    assert value(samples, held, queue="hostile", limit="max_concurrency") == 4
+    assert (held, (("limit", "rate"), ("queue", "hostile"))) in samples
+    assert value(samples, held, queue="hostile", limit="rate") == 0
+    assert value(samples, held, queue="hostile", limit="key_concurrency") == 4
+    # and the HELP text says what "held back" counts
+    assert "top keys only" in families[held].documentation
+    # and a queue without limits has no such gauges
+    assert not [k for k in samples if k[0] == held and ("queue", "pausable") in k[1]]
+
+
+def test_metrics_count_the_backlog_a_full_rate_holds_back(
+    board: jobyard.App, client_for: Callable[..., Any]
+) -> None:
+    # given a queue allowed one start an hour, and three due jobs of which one has started
+    board.configure_queue("canary", rate_limit="1/h")
+    board.registry["canary"].enqueue_many([((f"{i}",), {}) for i in range(3)])
+    client = client_for(board)
+    with running_worker(board, queues=["canary"]):
+
+        def one_done() -> bool:
+            (st,) = board.stats(["canary"])
+            return st.counts.get("completed") == 1
+
+        wait_until(one_done, what="the one start the rate allows")
+        samples = scrape(client.get("/metrics").text)
+    # then the rate's burst (one start) is taken, and it holds back the two left
+    assert value(samples, "jobyard_limit_rate_used", queue="canary", job="") > 0.99
+    assert value(samples, "jobyard_limit_held_back", queue="canary", limit="rate") == 2
+    assert value(samples, "jobyard_limit_running", queue="canary", job="") == 0

@@ -4,6 +4,7 @@ that each page makes a bounded number of store calls however many jobs the store
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +203,9 @@ def test_each_page_makes_the_same_few_store_calls_however_many_jobs(
     many = calls_per_page(60)
     assert few == many
     assert max(many.values()) <= 6, many
+    # The overview's budget, deliberately six: stats, queue settings, workers, the clock, the
+    # throughput history, and the limits' state (limits_stats, one call for every scope).
+    assert many["/"] == many["/?fragment=live"] == 6, many
 
 
 def test_overview_charts_the_stored_history_and_the_oldest_pending_wait(
@@ -251,3 +255,72 @@ def test_a_live_refresh_in_flight_leaves_an_actions_message_to_the_page(
     assert client.get("/?fragment=live").status_code == 200
     # then the page still shows the message (the refresh, which shows none, did not take it)
     assert "Queue pausable paused" in client.get(done.headers["location"]).text
+
+
+class _Rows(HTMLParser):
+    """The rows of a table's body: each cell's text, its whitespace folded."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self._body = False
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tbody":
+            self._body = True
+        elif self._body and tag == "tr":
+            self.rows.append([])
+        elif self._body and tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "tbody":
+            self._body = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def table_rows(html: str) -> list[list[str]]:
+    """The text of each cell of each body row of the tables in ``html``."""
+    parser = _Rows()
+    parser.feed(html)
+    return parser.rows
+
+
+def test_overview_shows_each_limit_how_full_and_its_top_keys_as_text(
+    board: jobyard.App, client_for: Any, sink: Path
+) -> None:
+    from jobyard._printable import printable
+    from jobyard.web import _data
+
+    from .board_app import HOSTILE
+    from .support import limited_queue
+
+    # given a store with no limit: no limits table
+    client = client_for(board)
+    client.app.state.jobyard_site.cache.ttl = 0.0
+    assert _data.overview(board, None, 3600.0, 60).limits == ()
+    assert 'aria-label="limits"' not in client.get("/").text
+    # when a queue is held full by its limits, its pending jobs keyed by a hostile key
+    with limited_queue(board, sink):
+        html = client.get("/").text
+    # then the overview has a limits table with the queue's row: rules, running of the cap,
+    # the rate used, the keys at their limit, the top keys with their pending jobs
+    section = html.split('aria-label="limits"', 1)[1].split("</section>", 1)[0]
+    rows = table_rows(section)
+    (row,) = [r for r in rows if r[0] == "hostile"]
+    assert row[1] == "(queue)"
+    assert row[2] == "max_concurrency=2 rate=6000/m key_concurrency=1"
+    assert row[3] == "2 / 2"
+    assert row[4].endswith("%")
+    assert row[5] == "2 of 2"
+    assert row[6] == f"{printable(HOSTILE)} 3 customer:7 1"
+    # and the hostile key reaches the page as text, never as markup
+    assert "<script>alert(1)" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section

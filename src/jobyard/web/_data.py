@@ -25,6 +25,8 @@ from ..backends.base import (
     STATUSES,
     DeadGroupsParams,
     JobsSearchParams,
+    LimitsStatsParams,
+    LimitStats,
     QueueConfig,
     QueueStats,
     StatsParams,
@@ -72,6 +74,41 @@ class QueueView:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitView:
+    """One limited scope on the overview, as ``jobyard status`` words it (see
+    :class:`jobyard.backends.base.LimitStats`)."""
+
+    queue: str
+    job: str | None  # None: the queue's own limits
+    rules: tuple[str, ...]  # ``max_concurrency=5``, ``rate=100/s``, ...
+    running: int
+    max_concurrency: int | None
+    rate_used: float | None  # 0 to 1; None without a rate
+    rate_full: bool  # the rate admits no start now
+    key_concurrency: int | None
+    keys_full: int
+    keys_running: int
+    top_keys: tuple[tuple[str, int], ...]  # (key, pending jobs), most first
+
+    @classmethod
+    def of(cls, s: LimitStats) -> LimitView:
+        """The view of one row of ``limits_stats``."""
+        return cls(
+            s.queue,
+            s.job,
+            tuple(views.limit_rules(s.limits, s.max_concurrency)),
+            s.running,
+            s.max_concurrency,
+            s.rate_used,
+            views.rate_full(s),
+            s.limits.key_concurrency,
+            s.keys_full,
+            s.keys_running,
+            tuple((k.key, k.pending) for k in s.top_keys),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
     """The overview: every queue, the totals and the chart's history."""
 
@@ -82,6 +119,7 @@ class Overview:
     history: tuple[Bucket, ...]  # of the queue the chart shows (all when none is chosen)
     step: int  # seconds per bucket
     has_history: bool  # the store keeps a throughput history
+    limits: tuple[LimitView, ...] = ()  # every limited scope (none: the table is not shown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +285,10 @@ def oldest_pending(stats: Sequence[QueueStats], now: float) -> dict[str, float]:
 
 
 def overview(app: App, chart_queue: str | None, since: float, step: int) -> Overview:
-    """The overview's data: five store calls (stats, queue settings, workers, clock, history).
-    The last minute's completions come from the history, not from a count of the minute's jobs
-    (which grows with the rate: 300,000 rows at 5,000 jobs/s)."""
+    """The overview's data: six store calls (stats, queue settings, workers, clock, history,
+    the limits' state: ``limits_stats``, which may count the limited queues' jobs). The last
+    minute's completions come from the history, not from a count of the minute's jobs (which
+    grows with the rate: 300,000 rows at 5,000 jobs/s)."""
     stats = app.backend.stats_get(StatsParams(recent=False))
     configs = {c.name: c for c in app.queues()}
     by_queue = {s.queue: s for s in stats}
@@ -258,6 +297,7 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
     now = app.backend.clock_now()
     hist, last_minute = history(app, since, step, now)
     ages = oldest_pending(stats, now)
+    limits = tuple(LimitView.of(s) for s in app.backend.limits_stats(LimitsStatsParams()))
     rows = []
     totals = dict.fromkeys(STATUSES, 0)
     for name in names:
@@ -284,7 +324,7 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
     chart = hist.get(chart_queue, ())
     if not chart:  # a queue with no history yet: an empty chart of the range
         chart = tuple(Bucket(b.start, 0, 0) for b in hist[None])
-    return Overview(now, tuple(rows), totals, workers, chart, step, True)
+    return Overview(now, tuple(rows), totals, workers, chart, step, True, limits)
 
 
 def find_job(app: App, text: str) -> Job | None:

@@ -13,8 +13,11 @@ Two sources, read at each scrape:
   ``jobyard_worker_events_total{event}`` (claims, renew_failed, handed_back, tick_fired, ...).
 - the store, the same for every scraper: ``jobyard_jobs{queue,status}``,
   ``jobyard_queue_oldest_pending_age_seconds{queue}`` (what KEDA or an HPA scales on),
-  ``jobyard_queue_paused{queue}`` and ``jobyard_workers_live``; read through the App (a few
-  store calls, kept ``cache`` seconds so many scrapers cost the store no more).
+  ``jobyard_queue_paused{queue}``, ``jobyard_workers_live``, and of each limited scope (a
+  queue's own limits, ``job=""``, or a job name's): ``jobyard_limit_running{queue,job}``,
+  ``jobyard_limit_rate_used{queue,job}`` and ``jobyard_limit_held_back{queue,limit}`` (see
+  :func:`held_back`); read through the App (a few store calls, kept ``cache`` seconds so many
+  scrapers cost the store no more).
 
 Nothing in the core imports this module or prometheus-client.
 """
@@ -25,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -36,8 +39,10 @@ from prometheus_client.core import (
     Metric,
 )
 
+from .. import views
 from .._tally import COUNTERS, Metrics
 from ..app import App
+from ..backends.base import LimitStats
 from ..errors import ConfigurationError
 
 log = logging.getLogger("jobyard.web")
@@ -62,6 +67,41 @@ class StoreView:
     oldest: dict[str, float]  # queue -> seconds its oldest due pending job has waited
     paused: dict[str, bool]
     workers: int
+    limits: tuple[LimitStats, ...] = ()  # every limited scope (``App.limits``)
+    held: dict[tuple[str, str], int] = field(default_factory=dict)  # see held_back
+
+
+HELD_BACK_HELP = (
+    "Due pending jobs a limit of the queue stops now, by limit: max_concurrency and rate "
+    "(the queue's running jobs at its cap, or its rate admitting no start now) hold back the "
+    "queue's whole pending backlog (once one of its jobs is due; not-due ones are counted "
+    "with it); key_concurrency holds back the pending jobs of the keys at their cap, of the "
+    "queue's top keys only (a lower bound). A job stopped by two limits counts under each."
+)
+
+
+def held_back(
+    limits: tuple[LimitStats, ...], pending: dict[str, int], due: set[str]
+) -> dict[tuple[str, str], int]:
+    """(queue, limit) -> the jobs that limit of the queue's own holds back now (see
+    :data:`HELD_BACK_HELP`): what ``limits_stats`` and the counts give, with no other read.
+    Job names' limits are left out: the store counts pending jobs per queue, not per name."""
+    out: dict[tuple[str, str], int] = {}
+    for s in limits:
+        if s.job is not None:
+            continue
+        backlog = pending.get(s.queue, 0) if s.queue in due else 0
+        if s.max_concurrency is not None:
+            full = s.running >= s.max_concurrency
+            out[(s.queue, "max_concurrency")] = backlog if full else 0
+        if s.rate_used is not None:
+            out[(s.queue, "rate")] = backlog if views.rate_full(s) else 0
+        cap = s.limits.key_concurrency
+        if cap is not None:
+            out[(s.queue, "key_concurrency")] = sum(
+                k.pending for k in s.top_keys if k.running >= cap
+            )
+    return out
 
 
 def oldest_pending(app: App, pending: dict[str, int], now: float) -> dict[str, float]:
@@ -84,8 +124,8 @@ def oldest_pending(app: App, pending: dict[str, int], now: float) -> dict[str, f
 
 
 def read_store(app: App) -> StoreView:
-    """The store's gauges: four reads (stats, queue settings, workers, the clock) and the
-    oldest pending read per queue where the stats do not carry it."""
+    """The store's gauges: five reads (stats, queue settings, workers, the clock, the limits'
+    state) and the oldest pending read per queue where the stats do not carry it."""
     stats = app.stats()
     counts = {s.queue: dict(s.counts) for s in stats}
     paused = {c.name: c.paused for c in app.queues()}
@@ -97,7 +137,10 @@ def read_store(app: App) -> StoreView:
     oldest = {q: max(now - at, 0.0) for q, at in given.items()}
     rest = {q: c.get("pending", 0) for q, c in counts.items() if q not in given}
     oldest.update(oldest_pending(app, rest, now))
-    return StoreView(counts, oldest, paused, workers)
+    limits = tuple(app.limits())
+    pending = {q: c.get("pending", 0) for q, c in counts.items()}
+    held = held_back(limits, pending, set(oldest))
+    return StoreView(counts, oldest, paused, workers, limits, held)
 
 
 class JobyardCollector:
@@ -187,6 +230,33 @@ class JobyardCollector:
         live = GaugeMetricFamily("jobyard_workers_live", "Live worker processes.")
         live.add_metric([], float(view.workers))
         yield live
+        yield from self._limits(view)
+
+    def _limits(self, view: StoreView) -> Iterator[Metric]:
+        running = GaugeMetricFamily(
+            "jobyard_limit_running",
+            "Running jobs of each limited scope: a queue's own limits (job empty) or a job "
+            "name's in its queue.",
+            labels=["queue", "job"],
+        )
+        rate = GaugeMetricFamily(
+            "jobyard_limit_rate_used",
+            "How much of the scope's rate burst is taken now, 0 (idle) to 1; the next start "
+            "waits once it passes (burst - 1) / burst (any value above 0 for a burst of 1).",
+            labels=["queue", "job"],
+        )
+        for s in view.limits:
+            running.add_metric([s.queue, s.job or ""], float(s.running))
+            if s.rate_used is not None:
+                rate.add_metric([s.queue, s.job or ""], float(s.rate_used))
+        yield running
+        yield rate
+        held = GaugeMetricFamily(
+            "jobyard_limit_held_back", HELD_BACK_HELP, labels=["queue", "limit"]
+        )
+        for (queue, limit), n in sorted(view.held.items()):
+            held.add_metric([queue, limit], float(n))
+        yield held
 
     def _store_view(self) -> StoreView | None:
         with self._lock:
