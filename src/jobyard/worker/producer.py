@@ -19,6 +19,8 @@ HAND_OFF = 50e-6
 # The shortest wait before a claim a rate limit will admit (Claimed.next_open): a claim that
 # waits (JobsClaimParams.wait > 0) rather than one in a tight loop.
 MIN_WAIT = 0.001
+# While stopping: how often the waiting claim is woken again until the producer has ended.
+WAKE_AGAIN = 0.25
 
 
 class IdleClaim:
@@ -76,12 +78,19 @@ class Producer:
         self._stop.set()
         self.slot_freed.set()
         if self._thread is not None:
-            try:
-                # A waiting claim (here, or an idle handler thread's) would sleep out its wait.
-                self.backend.jobs_wake(JobsWakeParams(self.worker_id, self.queues))
-            except Exception as exc:  # noqa: BLE001 - then the wait ends by its timeout
-                log.warning("could not wake the waiting claim: %s: %s", type(exc).__name__, exc)
-            self._thread.join(timeout)
+            # A waiting claim (here, or an idle handler thread's) would sleep out its wait. A
+            # wake can land just before that claim starts waiting and be missed by a store
+            # whose mark is read first: wake again until the thread is gone.
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    self.backend.jobs_wake(JobsWakeParams(self.worker_id, self.queues))
+                except Exception as exc:  # noqa: BLE001 - then the wait ends by its timeout
+                    log.warning("could not wake the waiting claim: %s: %s", type(exc).__name__, exc)
+                left = deadline - time.monotonic()
+                self._thread.join(min(WAKE_AGAIN, max(left, 0.0)))
+                if not self._thread.is_alive() or left <= WAKE_AGAIN:
+                    break
             self._thread = None
 
     def _run(self) -> None:
