@@ -124,12 +124,18 @@ def workers_list(c: Core) -> list[WorkerInfo]:
     return out
 
 
+def _known(c: Core, queues: Sequence[str] | None) -> list[str]:
+    """The store's known queues, only those of ``queues`` when given."""
+    names = c.known_queues()
+    if not queues:
+        return names
+    wanted = set(queues)
+    return [q for q in names if q in wanted]
+
+
 def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
     """Counts by status for each queue that has jobs or a configuration."""
-    names = c.known_queues()
-    if params.queues:
-        wanted = set(params.queues)
-        names = [q for q in names if q in wanted]
+    names = _known(c, params.queues)
     out = []
     for batch in c.slices(names):
         reply = c.run("stats_get", c.group_keys(batch), [c.now(), str(len(batch))])
@@ -149,10 +155,7 @@ def stats_get(c: Core, params: StatsParams) -> list[QueueStats]:
 
 def throughput_get(c: Core, params: ThroughputParams) -> list[ThroughputMinute]:
     """The kept minutes of each queue (one script per slice of queues)."""
-    names = c.known_queues()
-    if params.queues:
-        wanted = set(params.queues)
-        names = [q for q in names if q in wanted]
+    names = _known(c, params.queues)
     out = []
     for batch in c.slices(names):
         args = [c.now(), str(len(batch)), repr(float(params.since))]
