@@ -40,7 +40,15 @@ from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
 from .backends import mask_url
-from .backends.base import FINISHED, PRIORITY_MAX, PRIORITY_MIN, STATUSES, LimitStats, QueueConfig
+from .backends.base import (
+    FINISHED,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    STATUSES,
+    LimitStats,
+    OnConflict,
+    QueueConfig,
+)
 from .errors import (
     ConfigurationError,
     DuplicateJob,
@@ -331,6 +339,19 @@ def worker(
 @click.option("--delay", type=DURATION, default=None, help="Run no sooner than this (30s, 5m).")
 @click.option("--idempotency-key", default=None, help="At most one pending or running job per key.")
 @click.option(
+    "--on-conflict",
+    type=click.Choice(["keep", "replace"]),
+    default=None,
+    help="With --idempotency-key, when a job holds the key: keep returns it unchanged (the"
+    " default); replace gives a pending holder these arguments (and --delay), a debounce.",
+)
+@click.option(
+    "--key",
+    "limit_key",
+    default=None,
+    help="The limit key (key_concurrency, key_rate_limit and fair turns count by it).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Send it even if APP has no such job, no job of APP uses the queue, or the arguments"
@@ -345,6 +366,8 @@ def enqueue(
     priority: int | None,
     delay: float | None,
     idempotency_key: str | None,
+    on_conflict: OnConflict | None,
+    limit_key: str | None,
     force: bool,
 ) -> None:
     """Enqueue job NAME of APP and print its id. A job APP does not know, a queue none of its
@@ -362,9 +385,13 @@ def enqueue(
             "priority": priority,
             "delay": delay,
             "idempotency_key": idempotency_key,
+            "on_conflict": on_conflict,
+            "key": limit_key,
         }.items()
         if v is not None
     }
+    if on_conflict is not None and idempotency_key is None:
+        raise click.UsageError("--on-conflict needs --idempotency-key")
     fn = app.by_name(name, **options)
     if problems:  # forced: the handler's signature is not checked
         fn = JobFunction(_any_call, fn.opts, enqueue=fn._enqueue, jobs=fn._jobs)
@@ -373,7 +400,13 @@ def enqueue(
     except TypeError as exc:  # an argument that is not JSON
         raise ConfigurationError(str(exc)) from None
     _echo(handle.id)
-    if not handle.created:
+    if handle.replaced:
+        _echo(
+            f"note: idempotency key {idempotency_key!r} is held by pending job {handle.id}; it"
+            " took these arguments (--on-conflict replace), no new job was created",
+            err=True,
+        )
+    elif not handle.created:
         _echo(
             f"note: idempotency key {idempotency_key!r} is held by pending or running job "
             f"{handle.id}; no new job was created",

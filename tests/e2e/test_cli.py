@@ -178,6 +178,33 @@ def test_enqueue_with_a_held_idempotency_key_returns_the_existing_job(cli: Cli) 
     assert "k1" in again.stderr and "no new job" in again.stderr
 
 
+def test_enqueue_on_conflict_replace_gives_the_pending_holder_the_new_arguments(cli: Cli) -> None:
+    first = cli.enqueue("greet", "--args", '["bob"]', "--idempotency-key", "k2", "--key", "t:1")
+
+    again = cli(
+        "enqueue", APP, "greet", "--args", '["ann"]', "--idempotency-key", "k2",
+        "--on-conflict", "replace",
+    )  # fmt: skip
+
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == first
+    assert "took these arguments" in again.stderr
+    shown = cli.json("show", APP, first)
+    assert shown["args"] == ["ann"]
+    assert shown["key"] == "t:1"
+    # keep (the default) leaves them
+    cli.ok("enqueue", APP, "greet", "--args", '["cy"]', "--idempotency-key", "k2")
+    assert cli.json("show", APP, first)["args"] == ["ann"]
+
+
+def test_on_conflict_without_an_idempotency_key_is_a_usage_error(cli: Cli) -> None:
+    done = cli("enqueue", APP, "greet", "--args", '["bob"]', "--on-conflict", "replace")
+
+    assert done.returncode == 2
+    assert "--on-conflict needs --idempotency-key" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_enqueue_by_name_needs_no_handler_and_takes_a_queue_when_forced(cli: Cli) -> None:
     done = cli("enqueue", APP, "not_registered_anywhere", "--queue", "elsewhere", "--force")
     assert done.returncode == 0, done.stderr
