@@ -75,6 +75,7 @@ from bench._common import (
     spawn,
     stop_process,
 )
+from jobyard.worker._cpu import default_processes
 
 BACKENDS = ("sqlite", "postgres", "redis", "redis_cluster", "memory")
 
@@ -153,8 +154,7 @@ def start_worker(args: argparse.Namespace, url: str, log_path: Path) -> Any:
         # per completed job), which report_retries counts
         "INFO" if args.call or args.cpu_ms > 0 else "WARNING",
     ]
-    if args.processes > 1:
-        argv += ["--processes", str(args.processes)]
+    argv += ["--processes", str(args.processes)]  # resolved: the worker's default, or given
     if args.prefetch is not None:
         argv += ["--prefetch", str(args.prefetch)]
     if args.pin:
@@ -395,7 +395,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=10_000, help="N (the drain runs 2N)")
     parser.add_argument("--concurrency", "-c", type=int, default=8)
     parser.add_argument(
-        "--processes", type=int, default=1, help="the worker command's --processes (default 1)"
+        "--processes",
+        type=int,
+        default=None,
+        help="the worker command's --processes (default: the worker's own, one per CPU; 1 on"
+        " memory)",
     )
     parser.add_argument("--prefetch", type=int, default=None)
     parser.add_argument("--pin", action="store_true", help="the worker runs with --pin")
@@ -459,6 +463,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep-log", action="store_true", help="keep the worker's log")
     args = parser.parse_args(argv)
     negative = min(args.work_ms, args.cpu_ms, args.cpu_per_ms) < 0
+    if args.processes is None:  # what `jobyard worker` runs when not told
+        args.processes = 1 if args.backend == "memory" and not args.url else default_processes()
     if negative or args.processes < 1 or args.concurrency < 1:
         parser.error("--work-ms, --cpu-ms and --cpu-per-ms must be >= 0, --processes and -c >= 1")
     if args.processes > 1 and args.backend == "memory" and not args.url:

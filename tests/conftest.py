@@ -20,6 +20,9 @@ import pytest
 import jobyard
 
 ROOT = Path(__file__).resolve().parent.parent
+# A test that starts "a worker" (and SIGKILLs it) means one process: ``jobyard worker`` runs one
+# per CPU by default, which tests/e2e/test_cli.py checks with this variable removed.
+os.environ.setdefault("JOBYARD_PROCESSES", "1")
 STORES = ["memory", "sqlite", "postgres", "redis", "redis_cluster"]
 SHARED = {"sqlite", "postgres", "redis", "redis_cluster"}  # reachable from other processes
 SUMMARY_PROPERTY = "chaos summary"  # a test report's user property: a line for the summary

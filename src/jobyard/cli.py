@@ -39,7 +39,7 @@ from ._cli_format import (
 from ._printable import json_text, printable
 from ._secrets import scrub
 from .app import App, load_app
-from .backends import mask_url
+from .backends import in_process, mask_url
 from .backends.base import (
     FINISHED,
     PRIORITY_MAX,
@@ -131,9 +131,10 @@ def _app(ref: str, *, check: bool = True) -> App:
 @click.option(
     "--processes",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Worker processes, supervised by this one.",
+    default=None,
+    envvar="JOBYARD_PROCESSES",
+    help="Worker processes, supervised by this one (also JOBYARD_PROCESSES) [default: one per"
+    " CPU this process may use; 1 on memory://].",
 )
 @click.option(
     "--grace",
@@ -213,7 +214,7 @@ def worker(
     app_ref: str,
     queues: tuple[str, ...],
     concurrency: int | None,
-    processes: int,
+    processes: int | None,
     grace: float,
     prefetch: int | None,
     poll_interval: float,
@@ -264,7 +265,18 @@ def worker(
         args += ["--pin"] if pin else []
         sys.exit(run_reloading(app_ref, args, grace))
     app = _app(app_ref, check=False)  # a worker waits out an outage instead
-    from .worker._cpu import pick_cpu
+    from .worker._cpu import default_processes, pick_cpu
+
+    if in_process(app.url):
+        if processes not in (None, 1):
+            raise click.BadParameter(
+                f"{processes}: a memory:// store lives in one process; other processes would"
+                " not see its jobs",
+                param_hint="--processes",
+            )
+        processes = 1
+    elif processes is None:
+        processes = default_processes()
 
     options: dict[str, Any] = {
         "queues": list(queues) or None,

@@ -610,6 +610,49 @@ def test_worker_with_processes_runs_jobs_and_stops_on_sigterm(cli: Cli, app: job
     assert app.workers() == []
 
 
+def test_worker_runs_one_process_per_cpu_by_default(cli: Cli, app: jobyard.App) -> None:
+    from jobyard.worker._cpu import default_processes
+
+    env = {k: v for k, v in cli.env.items() if k != "JOBYARD_PROCESSES"}
+    cli.env = env
+    worker = cli.spawn("worker", APP, "-c", "1", "--grace", "5")
+
+    expected = default_processes()
+    assert expected == len(os.sched_getaffinity(0))  # no cgroup quota on this machine
+    workers = wait_until(
+        lambda: len(app.workers()) == expected and app.workers(), what=f"{expected} workers"
+    )
+    assert len({w.pid for w in workers}) == expected
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+
+
+def test_the_process_count_comes_from_jobyard_processes(cli: Cli, app: jobyard.App) -> None:
+    worker = cli.spawn("worker", APP, "-c", "1", "--grace", "5", env={"JOBYARD_PROCESSES": "2"})
+
+    wait_until(lambda: len(app.workers()) == 2, what="two workers")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(20) == 0
+
+
+def test_a_memory_store_refuses_more_than_one_process(cli: Cli) -> None:
+    done = cli("worker", APP, "--processes", "2", env={"JOBYARD_URL": "memory://"})
+
+    assert done.returncode == 2
+    assert "memory://" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cgroup_cpu_quota_caps_the_default(tmp_path: Path) -> None:
+    from jobyard.worker._cpu import cgroup_cpus
+
+    quota = tmp_path / "cpu.max"
+    quota.write_text("150000 100000\n")
+    assert cgroup_cpus(str(quota)) == 2
+    quota.write_text("max 100000\n")
+    assert cgroup_cpus(str(quota)) is None
+    assert cgroup_cpus(str(tmp_path / "missing")) is None
+
+
 PINNABLE = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux only"
 )

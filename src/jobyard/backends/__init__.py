@@ -11,7 +11,7 @@ from ..clock import Clock
 from ..errors import ConfigurationError, StoreUnavailable
 from .base import Backend
 
-__all__ = ["SCHEMES", "mask_url", "open_backend", "probe_store"]
+__all__ = ["SCHEMES", "in_process", "mask_url", "open_backend", "probe_store"]
 
 # scheme -> (module, class, pip extra)
 SCHEMES: dict[str, tuple[str, str, str | None]] = {
@@ -33,6 +33,12 @@ PROBES: dict[str, tuple[str, str]] = {
     "rediss": ("jobyard.backends.redis._connection", "probe"),
     "redis+cluster": ("jobyard.backends.redis._connection", "probe"),
 }
+
+
+def in_process(url: str) -> bool:
+    """Whether the store a URL names lives in this process only (memory://): no other process,
+    a worker's child included, sees its jobs."""
+    return url.split("://", 1)[0].lower() == "memory"
 
 
 def probe_store(url: str, timeout: float) -> None:

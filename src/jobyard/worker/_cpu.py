@@ -14,6 +14,7 @@ images with Pillow, numpy): run those unpinned, and use processes for more cores
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 
 from ..errors import ConfigurationError
@@ -25,6 +26,32 @@ def allowed_cpus() -> list[int]:
     if not hasattr(os, "sched_getaffinity"):
         raise ConfigurationError("pinning a worker to a CPU needs Linux (sched_setaffinity)")
     return sorted(os.sched_getaffinity(0))
+
+
+def default_processes() -> int:
+    """``jobyard worker``'s process count when none is given: one per CPU this process may run
+    on (as Celery and Dramatiq default to one per core). A handler that calls a database, Redis
+    or an HTTP API holds the interpreter lock for part of every call, so one process's threads
+    take turns on one core; see bench/README.md, "How many processes"."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quota = cgroup_cpus()  # a container's CPU limit does not show in its affinity
+    return max(min(cpus or 1, quota or cpus or 1), 1)
+
+
+def cgroup_cpus(path: str = "/sys/fs/cgroup/cpu.max") -> int | None:
+    """The CPUs a cgroup v2 quota allows (``cpu.max`` "200000 100000" -> 2, rounded up), or
+    None without a quota (``max``) or where there is no such file."""
+    try:
+        with open(path) as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    try:
+        return max(math.ceil(int(quota) / int(period)), 1)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def pick_cpu(index: int | None = None) -> int:
