@@ -125,7 +125,7 @@ def _workers(url: str, count: int, concurrency: int, logs: Path) -> Iterator[lis
     """``count`` worker processes of ``jobyard.demo:app``; SIGTERM and reaped at the end."""
     env = {**os.environ, "JOBYARD_URL": url, "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "jobyard", "worker", "jobyard.demo:app", "-c", str(concurrency)]
-    argv += ["--grace", "5", "--poll-interval", "0.1", "--reap-interval", "0.5"]
+    argv += ["--processes", "1", "--grace", "5", "--poll-interval", "0.1", "--reap-interval", "0.5"]
     argv += ["--log-level", "WARNING"]
     procs: list[subprocess.Popen[bytes]] = []
     files = []
