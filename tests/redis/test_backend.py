@@ -26,7 +26,6 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsListParams,
     JobsWaitParams,
-    LeasesReapParams,
     LeasesRenewParams,
     Outcome,
     QueueConfig,
@@ -38,6 +37,7 @@ from jobyard.backends.base import (
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.backends.redis.keys import QUEUE_KEY_SUFFIXES, parse_job_id
 from jobyard.clock import FrozenClock, SystemClock
+from jobyard.worker.reaper import reap
 from tests.conftest import wait_until
 from tests.redis import support
 from tests.redis.conftest import T0, insert, new, url_for
@@ -89,9 +89,9 @@ def test_the_claims_set_holds_the_lease_and_the_watchdog_reads_it(
     assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])).lost == []
     assert float(raw.zscore(claims, n)) == pytest.approx(T0 + 8)
     clock.advance(5)  # exactly at expiry: still held
-    assert backend.leases_reap(LeasesReapParams()) == []
+    assert reap(backend) == []
     clock.advance(0.5)
-    assert [r.status for r in backend.leases_reap(LeasesReapParams())] == ["pending"]
+    assert [r.status for r in reap(backend)] == ["pending"]
     assert raw.zscore(claims, n) is None
     assert [j.id for j in claim(backend)] == [job_id]
 
@@ -104,9 +104,7 @@ def test_an_at_most_once_job_leaves_the_queue_when_claimed(
     assert c.delivery == "at_most_once"
     assert backend.jobs_list(JobsListParams(status="pending")) == []
     clock.advance(2)  # its worker died mid-handler
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (job_id, "failed")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(job_id, "failed")]
     rec = backend.jobs_get(job_id)
     assert rec is not None and (rec.error, rec.attempts) == (AT_MOST_ONCE_LOST_ERROR, 1)
 
@@ -144,7 +142,7 @@ def test_completed_jobs_expire_and_failed_ones_are_kept(kind: str, clock: Frozen
         # and once the hour has passed, retention prunes its index entries too (the lease
         # reaper does not: it recovers leases only)
         clock.advance(3601)
-        assert backend.leases_reap(LeasesReapParams()) == []
+        assert reap(backend) == []
         (stats,) = backend.stats_get(StatsParams())
         assert stats.counts["completed"] == 1
         assert backend.jobs_expire(JobsExpireParams()) == 1
@@ -323,7 +321,7 @@ def test_a_record_corrupted_while_running_fails_alone_in_ack_renew_and_reap(
     # the watchdog meeting max_attempts "x" on a lapsed lease fails it, and counts it failed
     raw.hset(key[d.id], "max_attempts", "x")
     clock.advance(60)
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [(d.id, "failed")]
+    assert [(r.id, r.status) for r in reap(backend)] == [(d.id, "failed")]
     counts = backend.stats_get(StatsParams(["q"]))[0].counts
     assert counts["failed"] == 3 and counts["pending"] == 1 and counts["running"] == 0
     assert len(ids) == 4
@@ -448,7 +446,7 @@ def end_keyed_job(backend: RedisBackend, clock: FrozenClock, raw: Any, how: str)
     if how == "reap-cancel-lost":
         backend.jobs_cancel(JobsCancelParams(job_id, by="ops"))
     clock.advance(10)
-    (reaped,) = backend.leases_reap(LeasesReapParams())
+    (reaped,) = reap(backend)
     return reaped.status
 
 
