@@ -215,6 +215,7 @@ def test_a_stale_worker_is_refused_inside_its_transaction(
     first = claim_one(backend, "w1")
     clock.advance(6)
     assert [r.id for r in reap(backend)] == [job_id]
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     second = claim_one(backend, "w2")
     conn = backend.connection_acquire()
     try:

@@ -93,6 +93,7 @@ def test_the_claims_set_holds_the_lease_and_the_watchdog_reads_it(
     clock.advance(0.5)
     assert [r.status for r in reap(backend)] == ["pending"]
     assert raw.zscore(claims, n) is None
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     assert [j.id for j in claim(backend)] == [job_id]
 
 

@@ -82,6 +82,7 @@ def test_the_state_a_limit_keeps_goes_away_with_its_jobs(
     complete(backend, done)
     clock.advance(5.0)  # the last one's worker died: the reaper frees its key slot
     assert len(reap(backend)) == 1
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     (again,) = claim(backend)
     complete(backend, [again])
     # then no key slot, turn or turn order is left; rate buckets expire by themselves

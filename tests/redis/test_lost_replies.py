@@ -69,6 +69,7 @@ def test_a_claim_whose_reply_was_lost_is_not_sent_again(
     # and the first comes back once its lease lapses, that attempt counted
     backend.clock.advance(6.0)  # type: ignore[attr-defined]
     assert [(r.id, r.status) for r in reap(backend)] == [(a, "pending")]
+    backend.clock.advance(1.0)  # type: ignore[attr-defined]  # past attempt 1's backoff
     (again,) = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
     assert (again.id, again.attempts) == (a, 2)
 
