@@ -7,12 +7,14 @@ the lease is still the lapsed one, so a renewal or an ack between the read and t
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
 
 import jobyard
 from jobyard.backends.base import (
+    AT_MOST_ONCE_LOST_ERROR,
     CANCEL_LOST_ERROR,
     LEASE_LOST_ERROR,
     Backend,
@@ -200,3 +202,30 @@ def test_the_reaper_waits_the_jobs_own_backoff(
     assert rec is not None and rec.run_at == pytest.approx(clock.now() + 7.0, abs=0.01)
     clock.advance(7.0)
     assert [c.id for c in claim(backend, "r")] == [queued_id]
+
+
+def test_the_decision_is_the_retry_policys() -> None:
+    # A pure function: no store. Given lapsed leases in each case, the move each one gets.
+    def job(**kw: object) -> Lapsed:
+        fields: dict[str, object] = {"attempts": 2, "max_attempts": 4, "backoff": None}
+        fields.update(kw)
+        return Lapsed("7", "tok", "task", "q", **fields)  # type: ignore[arg-type]
+
+    rng = random.Random(7)
+    asked = decide_lapsed(job(cancel_requested=True, delivery="at_most_once"))
+    assert (asked.kind, asked.error, asked.delay) == ("cancelled", CANCEL_LOST_ERROR, 0.0)
+    once = decide_lapsed(job(delivery="at_most_once"))
+    assert (once.kind, once.error) == ("failed", AT_MOST_ONCE_LOST_ERROR)
+    spent = decide_lapsed(job(attempts=4))
+    assert (spent.kind, spent.error) == ("failed", LEASE_LOST_ERROR)
+    # another attempt after the default policy's wait for attempt 2 (2 s, equal jitter)...
+    delays = {decide_lapsed(job(), rng).delay for _ in range(50)}
+    assert all(1.0 <= d <= 2.0 for d in delays) and len(delays) > 1
+    # ...or the job's own, capped where the policy caps it
+    capped = Backoff("exponential", base=10.0, cap=25.0, jitter=False).to_json()
+    moves = [decide_lapsed(job(attempts=n, max_attempts=9, backoff=capped)) for n in (1, 2, 3)]
+    assert [(m.id, m.token, m.kind, m.delay) for m in moves] == [
+        ("7", "tok", "retry", 10.0),
+        ("7", "tok", "retry", 20.0),
+        ("7", "tok", "retry", 25.0),
+    ]
