@@ -26,9 +26,11 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsListParams,
     JobsWaitParams,
+    LeasesLapsedParams,
     LeasesRenewParams,
     Outcome,
     QueueConfig,
+    QueueLimits,
     Schedule,
     SchedulesFireParams,
     SchedulesSyncParams,
@@ -95,6 +97,27 @@ def test_the_claims_set_holds_the_lease_and_the_watchdog_reads_it(
     assert raw.zscore(claims, n) is None
     clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     assert [j.id for j in claim(backend)] == [job_id]
+
+
+def test_the_lapsed_read_drops_a_dangling_claim_and_frees_its_key_slot(
+    backend: RedisBackend, clock: FrozenClock, raw: Any
+) -> None:
+    # given a keyed job of a queue with a key_concurrency, claimed, whose hash then says it is
+    # no longer running (a hand edit): its claims entry and key slot are left dangling
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(key_concurrency=1)))
+    (job_id,) = insert(backend, new(lease=5, key="k"))
+    claim(backend)
+    tag, n = backend.keys.tag("q"), job_id.rsplit(":", 1)[1]
+    assert raw.hget(f"{tag}:keyrun", "q\nk") == "1"
+    raw.hset(backend.keys.job("q", n), "status", "completed")
+    clock.advance(6)
+    # when the reaper reads the lapsed leases
+    assert backend.leases_lapsed(LeasesLapsedParams()) == []
+    # then no lease is left to decide on, and the key's slot is free for its next job
+    assert raw.zscore(backend.keys.queue("q")[2], n) is None
+    assert not raw.hexists(f"{tag}:keyrun", "q\nk")
+    (other,) = insert(backend, new(key="k"))
+    assert [c.id for c in claim(backend)] == [other]
 
 
 def test_an_at_most_once_job_leaves_the_queue_when_claimed(

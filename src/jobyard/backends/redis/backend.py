@@ -8,8 +8,10 @@ queue it names in one round trip; on Cluster it becomes one script per queue, an
 
 Delivery. A claim moves each job out of its queue's ready set into the claims set scored by lease
 expiry, with a fresh fencing token, in one script; an acknowledgement checks the token and removes
-the claim; a heartbeat pushes the score forward; the watchdog (:meth:`RedisBackend.leases_reap`)
-returns every claim whose lease lapsed to the queue, the attempt counted. That is seed 003's
+the claim; a heartbeat pushes the score forward; the watchdog reads the claims whose lease lapsed
+(:meth:`RedisBackend.leases_lapsed`) and, as the core decided, returns each to the queue, the
+attempt counted, or finishes it (:meth:`RedisBackend.leases_reap`, fenced by the token and the
+score). That is seed 003's
 reliable queue (BLMOVE to a processing list, a recovery zset, min_idle = the lease), with the
 processing list and the recovery set folded into one sorted set.
 
