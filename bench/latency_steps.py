@@ -31,7 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import REPO, log, percentile
 from bench.throughput import counts, store
 
-CALLS = ("jobs_claim", "jobs_ack", "leases_reap", "jobs_expire", "workers_beat", "store_tidy")
+CALLS = (
+    "jobs_claim",
+    "jobs_ack",
+    "leases_lapsed",
+    "leases_reap",
+    "jobs_expire",
+    "workers_beat",
+    "store_tidy",
+)
 
 # Run in the worker process: the bench app's worker with its store calls timed.
 WORKER = """

@@ -32,6 +32,7 @@ METHODS = (
     "jobs_ack",
     "jobs_wait",
     "leases_renew",
+    "leases_lapsed",
     "leases_reap",
     "jobs_expire",
     "workers_beat",

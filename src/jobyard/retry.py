@@ -1,4 +1,6 @@
-"""Backoff policies: a pure function of the attempt number to a delay in seconds."""
+"""Backoff policies: a pure function of the attempt number to a delay in seconds; and the
+reaper's decision on a lapsed lease (:func:`decide_lapsed`), made here with the same policy,
+once for every store."""
 
 from __future__ import annotations
 
@@ -8,7 +10,14 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from .backends.base import MAX_DELAY
+from .backends.base import (
+    AT_MOST_ONCE_LOST_ERROR,
+    CANCEL_LOST_ERROR,
+    LEASE_LOST_ERROR,
+    MAX_DELAY,
+    Lapsed,
+    ReapMove,
+)
 from .errors import ConfigurationError
 
 BackoffKind = Literal["fixed", "linear", "exponential"]
@@ -91,3 +100,19 @@ def as_backoff(value: str | Backoff | None) -> Backoff | None:
     if isinstance(value, str):
         return Backoff(kind=value)  # type: ignore[arg-type]  # validated in __post_init__
     raise ConfigurationError(f"backoff must be a kind name or jobyard.Backoff, not {value!r}")
+
+
+def decide_lapsed(job: Lapsed, rng: random.Random | None = None) -> ReapMove:
+    """What becomes of a job whose lease lapsed (its worker stopped renewing it): the lapsed
+    attempt counts as failed. Asked to cancel: cancelled, never run again. ``at_most_once``:
+    failed, never run twice. Attempts spent: failed (the dead letter). Otherwise another attempt
+    after the job's own backoff, as if its handler had raised (River's rescuer does the same).
+    The store applies the move fenced (``leases_reap``): a renewal or ack that raced wins."""
+    if job.cancel_requested:
+        return ReapMove(job.id, job.token, "cancelled", CANCEL_LOST_ERROR)
+    if job.delivery == "at_most_once":
+        return ReapMove(job.id, job.token, "failed", AT_MOST_ONCE_LOST_ERROR)
+    if job.attempts >= job.max_attempts:
+        return ReapMove(job.id, job.token, "failed", LEASE_LOST_ERROR)
+    delay = min(Backoff.from_json(job.backoff).delay(job.attempts, rng), MAX_DELAY)
+    return ReapMove(job.id, job.token, "retry", LEASE_LOST_ERROR, delay)

@@ -20,12 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 from .app import App
-from .backends.base import JobsAckParams, JobsClaimParams, LeasesReapParams
+from .backends.base import JobsAckParams, JobsClaimParams
 from .clock import Clock, FrozenClock
 from .errors import Retry
 from .job import Job, Status
 from .worker import executor
 from .worker.executor import JobTimeout
+from .worker.reaper import reap
 
 __all__ = [
     "FrozenClock",
@@ -64,7 +65,7 @@ def drain(
     names = list(queues) if queues else sorted({jf.opts.queue for jf in app.registry.values()})
     names = names or ["default"]
     backend = app.backend
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     pipeline = executor.Pipeline(backend, app.registry, app.hooks, "testing")
     ran = 0
     while ran < max_jobs:

@@ -20,7 +20,6 @@ from jobyard.backends.base import (
     JobsListParams,
     JobsPurgeParams,
     JobsWaitParams,
-    LeasesReapParams,
     LeasesRenewParams,
     NewJob,
     Outcome,
@@ -31,8 +30,12 @@ from jobyard.backends.base import (
     WorkersBeatParams,
     as_expiring,
 )
+from jobyard.worker.reaper import reap
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
+# The default retry policy's longest wait after a first attempt (exponential, base 1 s, equal
+# jitter): how far a test moves the clock for a job the reaper gave another attempt.
+FIRST_BACKOFF = 1.0
 
 
 def new(queue: str = "q", **kw: object) -> NewJob:
@@ -144,7 +147,8 @@ def test_stale_token_is_refused_everywhere(backend: Backend, clock: jobyard.Froz
     (job_id,) = insert(backend, new(lease=5))
     (first,) = claim(backend, worker="w1")
     clock.advance(6)
-    assert [r.id for r in backend.leases_reap(LeasesReapParams())] == [job_id]
+    assert [r.id for r in reap(backend)] == [job_id]
+    clock.advance(FIRST_BACKOFF)
     (second,) = claim(backend, worker="w2")
     stale = Outcome(first.id, first.token, "completed", result='"first"')
     assert backend.jobs_ack(JobsAckParams([stale])) == [job_id]
@@ -169,11 +173,9 @@ def test_renewal_keeps_a_lease_alive(backend: Backend, clock: jobyard.FrozenCloc
     for _ in range(4):
         clock.advance(3)
         assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])).lost == []
-        assert backend.leases_reap(LeasesReapParams()) == []
+        assert reap(backend) == []
     clock.advance(5.5)
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (job_id, "pending")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(job_id, "pending")]
     rec = backend.jobs_get(job_id)
     assert rec is not None and rec.error == LEASE_LOST_ERROR and rec.attempts == 1
 
@@ -210,9 +212,8 @@ def test_reaper_fails_a_job_whose_attempts_are_spent(
     for expected in ("pending", "failed"):
         claim(backend)
         clock.advance(2)
-        assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-            (job_id, expected)
-        ]
+        assert [(r.id, r.status) for r in reap(backend)] == [(job_id, expected)]
+        clock.advance(FIRST_BACKOFF)
     rec = backend.jobs_get(job_id)
     assert rec is not None and (rec.status, rec.attempts, rec.error) == (
         "failed",
@@ -227,9 +228,7 @@ def test_reaper_never_reruns_an_at_most_once_job(
     (job_id,) = insert(backend, new(lease=1, delivery="at_most_once"))
     claim(backend)
     clock.advance(2)
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (job_id, "failed")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(job_id, "failed")]
     rec = backend.jobs_get(job_id)
     assert rec is not None and rec.error == AT_MOST_ONCE_LOST_ERROR
     assert claim(backend) == []
@@ -244,9 +243,7 @@ def test_reaper_cancels_a_job_whose_cancellation_was_asked(
     backend.jobs_cancel(JobsCancelParams(job_id, by="ops"))
     clock.advance(2)
     # then the reaper cancels it instead of running it again
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (job_id, "cancelled")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(job_id, "cancelled")]
     rec = backend.jobs_get(job_id)
     assert rec is not None
     assert (rec.status, rec.error, rec.cancelled_by) == ("cancelled", CANCEL_LOST_ERROR, "ops")
@@ -573,7 +570,8 @@ def test_a_stale_worker_cannot_settle_or_report_through_the_cancel_path(
     (job_id,) = insert(backend, new(lease=5))
     (first,) = claim(backend)
     clock.advance(6)
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
+    clock.advance(FIRST_BACKOFF)
     (second,) = claim(backend, worker="w2")
     backend.jobs_cancel(JobsCancelParams(job_id, by="bob"))
     # when the stalled worker renews with progress, and acks "cancelled", on its old token

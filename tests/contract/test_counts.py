@@ -24,7 +24,6 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
-    LeasesReapParams,
     NewJob,
     Outcome,
     QueueConfig,
@@ -36,6 +35,7 @@ from jobyard.backends.base import (
     as_tidying,
 )
 from jobyard.worker.maintenance import Maintenance
+from jobyard.worker.reaper import reap
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 
@@ -106,7 +106,7 @@ def test_counts_stay_exact_through_every_move(backend: Backend, clock: jobyard.F
     # the reaper fails jobs whose lease lapsed with their attempts spent
     backend.jobs_claim(JobsClaimParams("w2", ["b"], 2))
     clock.advance(5)
-    assert {r.status for r in backend.leases_reap(LeasesReapParams())} == {"failed"}
+    assert {r.status for r in reap(backend)} == {"failed"}
     check(backend)
 
     # purge by status and queue, then retention (older than) purges what is old enough

@@ -10,11 +10,11 @@ import jobyard
 from jobyard.backends.base import (
     JobsClaimParams,
     JobsInsertParams,
-    LeasesReapParams,
     NewJob,
     Reaped,
 )
 from jobyard.events import Acked, Claimed, Finished, Started
+from jobyard.worker.reaper import reap
 from tests.conftest import running_worker, wait_until
 
 
@@ -35,9 +35,7 @@ def test_a_reap_names_the_job_and_its_queue(
     h = app.by_name("mailer", queue="emails", lease=1.0).enqueue()
     app.backend.jobs_claim(JobsClaimParams("w", ["emails"], 1))
     clock.advance(5)
-    assert app.backend.leases_reap(LeasesReapParams()) == [
-        Reaped(h.id, "pending", "mailer", "emails")
-    ]
+    assert reap(app.backend) == [Reaped(h.id, "pending", "mailer", "emails")]
 
 
 def test_a_worker_emits_its_events(make_app: Callable[..., jobyard.App]) -> None:

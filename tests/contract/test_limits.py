@@ -19,7 +19,6 @@ from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
     JobsInsertParams,
-    LeasesReapParams,
     LimitsStatsParams,
     LimitsSyncParams,
     NewJob,
@@ -29,6 +28,7 @@ from jobyard.backends.base import (
     Rate,
 )
 from jobyard.errors import ConfigurationError
+from jobyard.worker.reaper import reap
 from tests.conftest import running_worker
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
@@ -205,7 +205,7 @@ def test_a_lapsed_lease_holds_its_key_slot_until_the_reaper_rescues_it(
     (first,) = claim(backend)
     clock.advance(10.0)  # its worker died: the lease lapsed, but the job is still running
     assert claim(backend, worker="w2") == []
-    assert [r.id for r in backend.leases_reap(LeasesReapParams())] == [first.id]
+    assert [r.id for r in reap(backend)] == [first.id]
     assert len(claim(backend, worker="w2")) == 1  # one of the two, never both
     assert claim(backend, worker="w3") == []
 

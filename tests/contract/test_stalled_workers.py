@@ -17,7 +17,6 @@ import pytest
 import jobyard
 from jobyard.backends.base import (
     JobsClaimParams,
-    LeasesReapParams,
     LeasesRenewParams,
     Outcome,
     Renewed,
@@ -25,6 +24,7 @@ from jobyard.backends.base import (
 from jobyard.worker import heartbeat
 from jobyard.worker._held import Running
 from jobyard.worker.completer import Completer
+from jobyard.worker.reaper import reap
 from tests.apps.contract_app import marks
 from tests.conftest import WorkerProcess, running_worker, wait_until
 
@@ -80,7 +80,7 @@ def test_a_lost_lease_report_marks_only_the_attempt_it_was_about(
             # when its lease lapses meanwhile, a reaper puts the job back to pending, and the
             # same worker claims it again (a new attempt, a new token)
             clock.advance(LEASE * 2)
-            app.backend.leases_reap(LeasesReapParams())  # or the worker's own reaper did
+            reap(app.backend)  # or the worker's own reaper did
             wait_until(lambda: runs == [1, 2], what="the second attempt, on the same worker")
             # and only then the stalled renewal is answered: the first attempt's lease is lost
             answer.set()
@@ -95,7 +95,7 @@ def test_a_lost_lease_report_marks_only_the_attempt_it_was_about(
             seen = len(renewals)
             wait_until(lambda: renewed_after(seen), timeout=10, what="a later renewal")
             clock.advance(LEASE * 0.5)  # past the lease attempt 2 was claimed with
-            assert app.backend.leases_reap(LeasesReapParams()) == []
+            assert reap(app.backend) == []
             release[2].set()
             assert handle.result(timeout=10) == 2
         finally:
@@ -121,7 +121,8 @@ def _two_attempts(app: jobyard.App, clock: jobyard.FrozenClock) -> tuple[str, li
     backend = app.backend
     (first,) = backend.jobs_claim(JobsClaimParams("w", ["default"], 1))
     clock.advance(LEASE * 2)
-    assert [r.id for r in backend.leases_reap(LeasesReapParams())] == [handle.id]
+    assert [r.id for r in reap(backend)] == [handle.id]
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     (second,) = backend.jobs_claim(JobsClaimParams("w", ["default"], 1))
     assert first.token != second.token
     ctx = [jobyard.JobContext(job, "w", backend) for job in (first, second)]

@@ -28,11 +28,12 @@ from jobyard.backends.base import (
     JobsCancelParams,
     JobsClaimParams,
     JobsInsertParams,
-    LeasesReapParams,
     LeasesRenewParams,
     NewJob,
     Outcome,
 )
+from jobyard.retry import Backoff
+from jobyard.worker.reaper import reap
 from tests.conftest import STORES, make_store_url
 
 LEASE = 10.0
@@ -209,6 +210,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert old is not None
         self.clock.advance(LEASE + 1)
         self.reap()
+        self.clock.advance(Backoff().nominal(j.attempts))  # past the lapsed attempt's backoff
         self.claim(limit=4, queues=(j.queue,))
         if j.status != "running":  # out of attempts, or a job of higher priority went first
             return
@@ -249,7 +251,7 @@ class Lifecycle(RuleBasedStateMachine):
                     expected[j.id] = "cancelled"
                 else:
                     expected[j.id] = "failed" if j.attempts >= j.max_attempts else "pending"
-        got = {r.id: r.status for r in self.backend.leases_reap(LeasesReapParams())}
+        got = {r.id: r.status for r in reap(self.backend)}
         assert got == expected
         for job_id, status in got.items():
             j = self.jobs[job_id]
@@ -257,7 +259,13 @@ class Lifecycle(RuleBasedStateMachine):
             self.stale.append((j.id, j.token))
             j.status, j.token, j.expires = status, None, None
             if status == "pending":
-                j.run_at = self.now()
+                # Due again after the job's own backoff (the default policy: exponential from
+                # 1 s, equal jitter), as if its handler had raised.
+                rec = self.backend.jobs_get(job_id)
+                assert rec is not None
+                wait = Backoff().nominal(j.attempts)
+                assert self.now() + wait / 2 - 1e-3 <= rec.run_at <= self.now() + wait + 1e-3
+                j.run_at = rec.run_at
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())

@@ -20,13 +20,13 @@ from jobyard.backends.base import (
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
-    LeasesReapParams,
     NewJob,
     Outcome,
     StatsParams,
     ThroughputMinute,
     ThroughputParams,
 )
+from jobyard.worker.reaper import reap
 
 PAYLOAD = '{"args":[],"kwargs":{}}'
 T0 = 1_800_000_000.0  # the clock fixture's instant: a minute's start (divisible by 60)
@@ -69,7 +69,7 @@ def test_acks_and_the_reaper_count_per_queue_and_minute(
     backend.jobs_insert(JobsInsertParams([new("c", lease=1, max_attempts=3)]))
     assert len(backend.jobs_claim(JobsClaimParams("w2", ["c"], 2))) == 2
     clock.advance(5)
-    assert sorted(r.status for r in backend.leases_reap(LeasesReapParams())) == [
+    assert sorted(r.status for r in reap(backend)) == [
         "failed",
         "pending",
     ]

@@ -17,12 +17,12 @@ from jobyard.backends.base import (
     JobsCancelParams,
     JobsClaimParams,
     JobsListParams,
-    LeasesReapParams,
     NewJob,
     Outcome,
     QueueConfig,
     StatsParams,
 )
+from jobyard.worker.reaper import reap
 
 from .test_backend import PAYLOAD, claim, insert, new
 
@@ -170,7 +170,7 @@ def test_a_stale_completion_releases_nothing(backend: Backend) -> None:
     clock = backend.clock
     assert isinstance(clock, jobyard.FrozenClock)
     clock.advance(5)
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     # when the first worker's late completion arrives
     stale = backend.jobs_ack(JobsAckParams([Outcome(m1, first.token, "completed", result="1")]))
     # then it is refused and the join still waits

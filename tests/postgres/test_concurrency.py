@@ -16,7 +16,6 @@ from jobyard.backends.base import (
     JobsClaimParams,
     JobsInsertParams,
     JobsListParams,
-    LeasesReapParams,
     LeasesRenewParams,
     Outcome,
     QueueConfig,
@@ -92,7 +91,7 @@ def test_racing_settlement_and_reaping_agree(
 
     def reap() -> None:
         start.wait()
-        while moved := reaper.leases_reap(LeasesReapParams(limit=7)):
+        while moved := reap(reaper, 7):
             reaped.extend(r.id for r in moved)
 
     threads = [threading.Thread(target=ack), threading.Thread(target=reap)]

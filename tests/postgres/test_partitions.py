@@ -18,11 +18,11 @@ from jobyard.backends.base import (
     JobsClaimParams,
     JobsInsertParams,
     JobsPurgeParams,
-    LeasesReapParams,
     Outcome,
 )
 from jobyard.backends.postgres._sql import Q
 from jobyard.backends.postgres.backend import PostgresBackend
+from jobyard.worker.reaper import reap
 from tests.postgres.conftest import insert, new
 
 Sql = Callable[..., list[tuple[Any, ...]]]
@@ -65,9 +65,7 @@ def test_keys_follow_every_way_in_and_out_of_scope(
     f = claimed[failed]
     backend.jobs_ack(JobsAckParams([Outcome(f.id, f.token, "failed", error="e")]))
     clock.advance(2)
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (reaped, "failed")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(reaped, "failed")]
     assert keys(sql) == {}
     backend.jobs_retry(cancelled)
     assert keys(sql) == {("q", "c"): cancelled}  # a re-driven job takes its key back

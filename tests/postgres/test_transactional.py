@@ -15,11 +15,11 @@ from jobyard.backends.base import (
     JobsAckParams,
     JobsClaimParams,
     JobsInsertParams,
-    LeasesReapParams,
     Outcome,
     QueueConfig,
 )
 from jobyard.backends.postgres.backend import PostgresBackend
+from jobyard.worker.reaper import reap
 from tests.postgres.conftest import BASE_URL, insert, new
 
 Connect = Callable[..., psycopg.Connection[Any]]
@@ -214,7 +214,8 @@ def test_a_stale_worker_is_refused_inside_its_transaction(
     (job_id,) = insert(backend, new(lease=5))
     first = claim_one(backend, "w1")
     clock.advance(6)
-    assert [r.id for r in backend.leases_reap(LeasesReapParams())] == [job_id]
+    assert [r.id for r in reap(backend)] == [job_id]
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     second = claim_one(backend, "w2")
     conn = backend.connection_acquire()
     try:

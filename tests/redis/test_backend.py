@@ -26,10 +26,11 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsListParams,
     JobsWaitParams,
-    LeasesReapParams,
+    LeasesLapsedParams,
     LeasesRenewParams,
     Outcome,
     QueueConfig,
+    QueueLimits,
     Schedule,
     SchedulesFireParams,
     SchedulesSyncParams,
@@ -38,6 +39,7 @@ from jobyard.backends.base import (
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.backends.redis.keys import QUEUE_KEY_SUFFIXES, parse_job_id
 from jobyard.clock import FrozenClock, SystemClock
+from jobyard.worker.reaper import reap
 from tests.conftest import wait_until
 from tests.redis import support
 from tests.redis.conftest import T0, insert, new, url_for
@@ -89,11 +91,33 @@ def test_the_claims_set_holds_the_lease_and_the_watchdog_reads_it(
     assert backend.leases_renew(LeasesRenewParams("w1", [(c.id, c.token)])).lost == []
     assert float(raw.zscore(claims, n)) == pytest.approx(T0 + 8)
     clock.advance(5)  # exactly at expiry: still held
-    assert backend.leases_reap(LeasesReapParams()) == []
+    assert reap(backend) == []
     clock.advance(0.5)
-    assert [r.status for r in backend.leases_reap(LeasesReapParams())] == ["pending"]
+    assert [r.status for r in reap(backend)] == ["pending"]
     assert raw.zscore(claims, n) is None
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     assert [j.id for j in claim(backend)] == [job_id]
+
+
+def test_the_lapsed_read_drops_a_dangling_claim_and_frees_its_key_slot(
+    backend: RedisBackend, clock: FrozenClock, raw: Any
+) -> None:
+    # given a keyed job of a queue with a key_concurrency, claimed, whose hash then says it is
+    # no longer running (a hand edit): its claims entry and key slot are left dangling
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(key_concurrency=1)))
+    (job_id,) = insert(backend, new(lease=5, key="k"))
+    claim(backend)
+    tag, n = backend.keys.tag("q"), job_id.rsplit(":", 1)[1]
+    assert raw.hget(f"{tag}:keyrun", "q\nk") == "1"
+    raw.hset(backend.keys.job("q", n), "status", "completed")
+    clock.advance(6)
+    # when the reaper reads the lapsed leases
+    assert backend.leases_lapsed(LeasesLapsedParams()) == []
+    # then no lease is left to decide on, and the key's slot is free for its next job
+    assert raw.zscore(backend.keys.queue("q")[2], n) is None
+    assert not raw.hexists(f"{tag}:keyrun", "q\nk")
+    (other,) = insert(backend, new(key="k"))
+    assert [c.id for c in claim(backend)] == [other]
 
 
 def test_an_at_most_once_job_leaves_the_queue_when_claimed(
@@ -104,9 +128,7 @@ def test_an_at_most_once_job_leaves_the_queue_when_claimed(
     assert c.delivery == "at_most_once"
     assert backend.jobs_list(JobsListParams(status="pending")) == []
     clock.advance(2)  # its worker died mid-handler
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (job_id, "failed")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(job_id, "failed")]
     rec = backend.jobs_get(job_id)
     assert rec is not None and (rec.error, rec.attempts) == (AT_MOST_ONCE_LOST_ERROR, 1)
 
@@ -144,7 +166,7 @@ def test_completed_jobs_expire_and_failed_ones_are_kept(kind: str, clock: Frozen
         # and once the hour has passed, retention prunes its index entries too (the lease
         # reaper does not: it recovers leases only)
         clock.advance(3601)
-        assert backend.leases_reap(LeasesReapParams()) == []
+        assert reap(backend) == []
         (stats,) = backend.stats_get(StatsParams())
         assert stats.counts["completed"] == 1
         assert backend.jobs_expire(JobsExpireParams()) == 1
@@ -323,7 +345,7 @@ def test_a_record_corrupted_while_running_fails_alone_in_ack_renew_and_reap(
     # the watchdog meeting max_attempts "x" on a lapsed lease fails it, and counts it failed
     raw.hset(key[d.id], "max_attempts", "x")
     clock.advance(60)
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [(d.id, "failed")]
+    assert [(r.id, r.status) for r in reap(backend)] == [(d.id, "failed")]
     counts = backend.stats_get(StatsParams(["q"]))[0].counts
     assert counts["failed"] == 3 and counts["pending"] == 1 and counts["running"] == 0
     assert len(ids) == 4
@@ -448,7 +470,7 @@ def end_keyed_job(backend: RedisBackend, clock: FrozenClock, raw: Any, how: str)
     if how == "reap-cancel-lost":
         backend.jobs_cancel(JobsCancelParams(job_id, by="ops"))
     clock.advance(10)
-    (reaped,) = backend.leases_reap(LeasesReapParams())
+    (reaped,) = reap(backend)
     return reaped.status
 
 

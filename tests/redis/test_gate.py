@@ -14,7 +14,6 @@ from jobyard.backends.base import (
     JobLimits,
     JobsAckParams,
     JobsClaimParams,
-    LeasesReapParams,
     LimitsSyncParams,
     Outcome,
     QueueConfig,
@@ -23,6 +22,7 @@ from jobyard.backends.base import (
 )
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.clock import FrozenClock
+from jobyard.worker.reaper import reap
 from tests.redis.conftest import insert, new
 
 LIMITS = QueueLimits(rate=Rate(1000), key_concurrency=1, key_rate=Rate(5), fair=True)
@@ -62,7 +62,7 @@ def test_every_key_of_a_limited_queue_shares_its_hash_slot(
 ) -> None:
     exercise(backend)
     clock.advance(5.0)
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     keys = keys_of(raw, backend, "q")
     names = {k.rsplit(":", 1)[-1].split("\n")[0] for k in keys}
     assert {"keyrun", "turn", "joblimits", "config"} <= names, keys
@@ -81,7 +81,8 @@ def test_the_state_a_limit_keeps_goes_away_with_its_jobs(
     done = [c for c in claimed if backend.jobs_get(c.id).key != "x"]  # type: ignore[union-attr]
     complete(backend, done)
     clock.advance(5.0)  # the last one's worker died: the reaper frees its key slot
-    assert len(backend.leases_reap(LeasesReapParams())) == 1
+    assert len(reap(backend)) == 1
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     (again,) = claim(backend)
     complete(backend, [again])
     # then no key slot, turn or turn order is left; rate buckets expire by themselves

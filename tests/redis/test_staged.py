@@ -24,7 +24,6 @@ from jobyard.backends.base import (
     JobsClaimParams,
     JobsInsertParams,
     JobsListParams,
-    LeasesReapParams,
     NewJob,
     Outcome,
     QueueConfig,
@@ -33,6 +32,7 @@ from jobyard.backends.base import (
 from jobyard.backends.redis import _insert
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.clock import FrozenClock
+from jobyard.worker.reaper import reap
 from tests.conftest import ROOT, wait_until
 from tests.redis import support
 from tests.redis.conftest import cluster_client, insert, new
@@ -125,7 +125,7 @@ def is_tombstone(backend: RedisBackend, key: str) -> bool:
 
 def reap_after_deadline(backend: RedisBackend, clock: FrozenClock) -> None:
     clock.advance(_insert.STAGE_TTL + 1)
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
 
 
 # --- hidden until published ------------------------------------------------------------------
@@ -197,7 +197,7 @@ def test_the_reaper_deletes_a_batch_abandoned_before_its_commit(
     batch, inserted = stage(backend, group_and_join(25))
     assert len(stored_jobs(backend)) == 26
     # when the reaper runs before the batch's deadline, it leaves it alone
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     assert len(stored_jobs(backend)) == 26
     # and once the deadline passed, it deletes every staged job and key
     reap_after_deadline(backend, clock)
@@ -471,7 +471,7 @@ def test_a_producer_killed_mid_batch_leaves_nothing_visible(make_backend: Any, k
     assert backend.jobs_claim(JobsClaimParams("w1", ("bulk",), 10)) == []
     # and a reaper past the batch's deadline deletes them all
     late = make_backend(FrozenClock(backend.clock_now() + _insert.STAGE_TTL + 1), at=url)
-    late.leases_reap(LeasesReapParams())
+    reap(late)
     assert backend.client.zcard(pending) == 0
     assert stored_jobs(backend) == []
     assert backend.client.zcard(backend.keys.batches) == 0

@@ -17,11 +17,11 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
-    LeasesReapParams,
     Outcome,
 )
 from jobyard.backends.redis.backend import RedisBackend
 from jobyard.clock import FrozenClock
+from jobyard.worker.reaper import reap
 from tests.redis.conftest import insert, new, url_for
 
 FLOW = "wf-1"
@@ -64,12 +64,12 @@ def test_a_release_left_owed_by_a_dead_caller_is_paid_once_by_the_reaper(
     assert backend.client.hgetall(backend.keys.owed("b")) == {m2.rsplit(":", 1)[1]: join}
     assert status(backend, join) == "waiting"
     # when the watchdog runs
-    assert backend.leases_reap(LeasesReapParams()) == []
+    assert reap(backend) == []
     # then it paid the release: the join is pending and nothing is owed
     assert status(backend, join) == "pending"
     assert backend.client.hlen(backend.keys.owed("b")) == 0
     # and a second run and a late payer sending the same release change nothing
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     backend.pay_owed([("b", m2.rsplit(":", 1)[1], join)])
     assert ready(backend, "c") == [join.rsplit(":", 1)[1]]
     assert [c.id for c in backend.jobs_claim(JobsClaimParams("w1", ("c",), 10))] == [join]
@@ -103,7 +103,7 @@ def test_an_owed_release_keeps_its_input_from_a_purge(backend: RedisBackend) -> 
     purged = backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))
     assert (int(purged), purged.kept) == (0, 1)
     # when the watchdog runs, it pays the release
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     assert status(backend, join) == "pending"
     assert backend.client.hlen(backend.keys.owed("b")) == 0
     # and once the join completed (its hold paid across slots too), the purge takes both
@@ -238,7 +238,7 @@ def test_holds_and_drops_left_owed_by_a_dead_caller_are_paid_by_the_reaper(
     assert sorted(e[2][:1] for e in reply[4:]) == ["d", "f"]
     assert status(backend, b) == "waiting" and status(backend, a) == "completed"
     # then the watchdog pays it: b and c (which b's drop owes in turn) are gone, a is freed
-    backend.leases_reap(LeasesReapParams())
+    reap(backend)
     assert [backend.jobs_get(i) for i in (boom, b, c)] == [None, None, None]
     assert {q: backend.client.hlen(backend.keys.owed(q)) for q in "abc"} == dict.fromkeys("abc", 0)
     assert int(backend.jobs_purge(JobsPurgeParams(statuses=("completed",)))) == 1

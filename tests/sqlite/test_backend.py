@@ -19,7 +19,6 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
-    LeasesReapParams,
     LeasesRenewParams,
     Outcome,
     QueueConfig,
@@ -37,6 +36,7 @@ from jobyard.errors import (
     JobyardError,
     QueueFull,
 )
+from jobyard.worker.reaper import reap
 
 from .conftest import PAYLOAD, T0, insert, new
 
@@ -322,9 +322,8 @@ def test_a_rescued_job_fences_out_its_first_worker(
     (job_id,) = insert(backend, new(lease=10))
     (first,) = claim(backend, worker="paused")
     clock.advance(11)
-    assert [(r.id, r.status) for r in backend.leases_reap(LeasesReapParams())] == [
-        (job_id, "pending")
-    ]
+    assert [(r.id, r.status) for r in reap(backend)] == [(job_id, "pending")]
+    clock.advance(1.0)  # past the backoff of attempt 1 (the default policy: at most 1 s)
     (second,) = claim(backend, worker="rescuer")
     assert second.attempts == 2 and second.token != first.token
     # when the first worker wakes up, its renewals and its outcome are refused
@@ -354,9 +353,9 @@ def test_renew_pushes_the_lease_by_each_jobs_own_lease(
         LeasesRenewParams("w1", [(short, c[short].token), (long_, c[long_].token), ("x", "t")])
     ).lost == ["x"]
     clock.advance(9)  # 17s after the claim, 9s after the renewal: both still held
-    assert backend.leases_reap(LeasesReapParams()) == []
+    assert reap(backend) == []
     clock.advance(2)  # 11s after the renewal: the short lease lapsed
-    assert [r.id for r in backend.leases_reap(LeasesReapParams())] == [short]
+    assert [r.id for r in reap(backend)] == [short]
 
 
 def test_reap_fails_jobs_without_attempts_left_and_at_most_once_jobs(
@@ -367,26 +366,22 @@ def test_reap_fails_jobs_without_attempts_left_and_at_most_once_jobs(
     )
     claim(backend)
     clock.advance(5)
-    assert backend.leases_reap(LeasesReapParams()) == []  # not lapsed at exactly the deadline
+    assert reap(backend) == []  # not lapsed at exactly the deadline
     clock.advance(1)
-    reaped = backend.leases_reap(LeasesReapParams(limit=2))
-    reaped += backend.leases_reap(LeasesReapParams(limit=2))
+    reaped = reap(backend, 2)
+    reaped += reap(backend, 2)
     assert sorted((r.id, r.status) for r in reaped) == sorted(
         [(again, "pending"), (spent, "failed"), (once, "failed")]
     )
     recs = {i: backend.jobs_get(i) for i in (again, spent, once)}
     r = recs[again]
-    assert r is not None and (r.error, r.run_at, r.attempts, r.finished_at) == (
-        LEASE_LOST_ERROR,
-        T0 + 6,
-        1,
-        None,
-    )
+    assert r is not None and (r.error, r.attempts, r.finished_at) == (LEASE_LOST_ERROR, 1, None)
+    assert T0 + 6.5 <= r.run_at <= T0 + 7  # after the default backoff of attempt 1, jittered
     r = recs[spent]
     assert r is not None and (r.error, r.finished_at) == (LEASE_LOST_ERROR, T0 + 6)
     r = recs[once]
     assert r is not None and (r.error, r.finished_at) == (AT_MOST_ONCE_LOST_ERROR, T0 + 6)
-    assert backend.leases_reap(LeasesReapParams()) == []
+    assert reap(backend) == []
 
 
 # --- get, list, cancel, retry, purge -----------------------------------------------------------

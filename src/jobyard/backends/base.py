@@ -656,13 +656,69 @@ class JobsCancelManyParams:
 
 
 @dataclass(frozen=True, slots=True)
-class LeasesReapParams:
-    """Return running jobs whose lease lapsed to pending (attempts left) or fail them; one with
-    a cancellation request is cancelled (``CANCEL_LOST_ERROR``). A store that writes large
-    batches in several calls (see :class:`JobsInsertParams`) also takes over those whose
-    producer stopped past their deadline: deletes one not complete, publishes one complete."""
+class LeasesLapsedParams:
+    """Read up to ``limit`` running jobs whose lease lapsed (``lease_expires_at < now``), the
+    longest lapsed first: what the reaper above the store decides on (see :class:`Lapsed`)."""
 
     limit: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Lapsed:
+    """A running job whose lease lapsed, with what the decision needs: the claim's ``token``
+    (what the move is fenced by), the attempts spent (this one included), the job's retry
+    policy (``backoff``: ``Backoff.to_json()`` of the job or its queue, as a claim gives it) and
+    whether someone asked to cancel it."""
+
+    id: str
+    token: str
+    name: str
+    queue: str
+    attempts: int
+    max_attempts: int
+    backoff: str | None
+    delivery: Delivery = "at_least_once"
+    cancel_requested: bool = False
+
+
+ReapKind = Literal["retry", "failed", "cancelled"]
+REAP_KINDS: tuple[str, ...] = ("retry", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class ReapMove:
+    """What the reaper decided for one lapsed lease (``jobyard.retry.decide_lapsed``): ``retry``
+    (pending again, ``run_at = now + delay``), ``failed`` or ``cancelled`` (finished now);
+    ``error`` is stored in every case."""
+
+    id: str
+    token: str
+    kind: ReapKind
+    error: str
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in REAP_KINDS:
+            raise ValueError(f"unknown reap kind {self.kind!r} for job {self.id}")
+        if not (0.0 <= self.delay <= MAX_DELAY):
+            raise ValueError(f"a reap delay must be 0 to {MAX_DELAY:.0f} seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class LeasesReapParams:
+    """Apply the reaper's decisions, each fenced: a move applies only if its job is still
+    ``running`` with the move's ``token`` and its lease still lapsed (``lease_expires_at < now``)
+    at the time of the move, so a renewal or an acknowledgement that raced the reaper wins and
+    the move is skipped. Applied moves clear the token and lease and free what a running job
+    holds (its key slots), in one atomic move with the finished-job counts and the throughput
+    history (a ``failed`` move counts as failed).
+
+    A store that writes large batches in several calls (see :class:`JobsInsertParams`) also
+    takes over those whose producer stopped past their deadline: deletes one not complete,
+    publishes one complete; Redis Cluster also pays the releases a completion left owed. So the
+    reaper calls this on every tick, with no moves when nothing lapsed."""
+
+    moves: Sequence[ReapMove] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -1165,8 +1221,13 @@ class Backend(Protocol):
         and which renewed jobs have a cancellation request."""
         ...
 
+    def leases_lapsed(self, params: LeasesLapsedParams) -> list[Lapsed]:
+        """The running jobs whose lease lapsed, longest lapsed first: a read, nothing moved."""
+        ...
+
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """Recover jobs whose lease lapsed: an attempt was spent on each."""
+        """Apply the reaper's decisions on lapsed leases, each fenced by its token and by the
+        lease being still lapsed; the jobs moved (a move that lost a race is left out)."""
         ...
 
     # queues, workers, stats

@@ -17,12 +17,9 @@ from ..clock import Clock
 from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
 from .base import (
     ACTIVE,
-    AT_MOST_ONCE_LOST_ERROR,
-    CANCEL_LOST_ERROR,
     CANCELLABLE,
     DEFAULT_FORGET_AFTER,
     DEFAULT_MAX_ATTEMPTS,
-    LEASE_LOST_ERROR,
     QUEUED,
     REDRIVABLE,
     STATUSES,
@@ -47,6 +44,8 @@ from .base import (
     JobsWaitParams,
     JobsWakeParams,
     KeyStats,
+    Lapsed,
+    LeasesLapsedParams,
     LeasesReapParams,
     LeasesRenewParams,
     LimitsStatsParams,
@@ -661,33 +660,64 @@ class MemoryBackend:
                     out.cancel_requested.append(job_id)
         return out
 
+    def leases_lapsed(self, params: LeasesLapsedParams) -> list[Lapsed]:
+        """The running jobs whose lease lapsed, longest lapsed first."""
+        with self._lock:
+            now = self._now()
+            rows = sorted(
+                (
+                    row
+                    for row in self._rows.values()
+                    if row.rec.status == "running"
+                    and row.token is not None
+                    and row.lease_expires_at is not None
+                    and row.lease_expires_at < now
+                ),
+                key=lambda row: (row.lease_expires_at or 0.0, row.rec.id),
+            )[: max(params.limit, 0)]
+            return [
+                Lapsed(
+                    row.rec.id,
+                    row.token or "",
+                    row.rec.name,
+                    row.rec.queue,
+                    row.rec.attempts,
+                    row.rec.max_attempts,
+                    row.backoff,
+                    row.rec.delivery,
+                    row.rec.cancel_requested_at is not None,
+                )
+                for row in rows
+            ]
+
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """Recover jobs whose lease lapsed."""
+        """Apply the reaper's moves, each only if its lease is still the lapsed one."""
         reaped: list[Reaped] = []
         with self._lock:
             now = self._now()
-            for row in self._rows.values():
-                if len(reaped) >= params.limit:
-                    break
-                rec = row.rec
-                expires = row.lease_expires_at
-                if rec.status != "running" or expires is None or expires >= now:
+            for move in params.moves:
+                row = self._rows.get(move.id)
+                if (
+                    row is None
+                    or row.rec.status != "running"
+                    or row.token != move.token
+                    or row.lease_expires_at is None
+                    or row.lease_expires_at >= now
+                    or (move.kind == "retry" and row.rec.cancel_requested_at is not None)
+                ):
+                    # Renewed, settled or reaped since the read: that one wins. A cancellation
+                    # asked since then: the next read decides it.
                     continue
+                rec = row.rec
                 row.token = None
                 row.lease_expires_at = None
-                if rec.cancel_requested_at is not None:
+                if move.kind == "retry":
                     row.rec = replace(
-                        rec, status="cancelled", error=CANCEL_LOST_ERROR, finished_at=now
+                        rec, status="pending", error=move.error, run_at=now + move.delay
                     )
-                elif rec.delivery == "at_most_once":
-                    row.rec = replace(
-                        rec, status="failed", error=AT_MOST_ONCE_LOST_ERROR, finished_at=now
-                    )
-                elif rec.attempts >= rec.max_attempts:
-                    row.rec = replace(rec, status="failed", error=LEASE_LOST_ERROR, finished_at=now)
                 else:
-                    row.rec = replace(rec, status="pending", error=LEASE_LOST_ERROR, run_at=now)
-                if row.rec.status == "failed":
+                    row.rec = replace(rec, status=move.kind, error=move.error, finished_at=now)
+                if move.kind == "failed":
                     self._tally(rec.queue, "failed", now)
                 reaped.append(Reaped(rec.id, row.rec.status, rec.name, rec.queue))
             if reaped:

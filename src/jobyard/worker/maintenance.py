@@ -14,7 +14,6 @@ from ..backends.base import (
     Backend,
     JobsExpireParams,
     JobsPurgeParams,
-    LeasesReapParams,
     QueuesNamesParams,
     StoreTidyParams,
     WorkerInfo,
@@ -24,6 +23,7 @@ from ..backends.base import (
 )
 from ..events import Events, Reaped
 from . import recurring
+from .reaper import reap
 
 log = logging.getLogger("jobyard.worker")
 BEAT_EVERY = 5.0  # seconds between registry beats (rounded to whole maintenance ticks)
@@ -118,7 +118,7 @@ class Maintenance:
 
     def tick(self) -> None:
         """One round of maintenance."""
-        for job in self.backend.leases_reap(LeasesReapParams()):
+        for job in reap(self.backend):
             # All the store knows: the lease was not renewed in time. Its worker may be dead,
             # or alive but stalled (paused, starved, cut off); it will be refused if it wakes.
             log.warning(

@@ -34,6 +34,7 @@ class Queries:
     jobs_claim: str
     jobs_ack: str
     leases_renew: str
+    leases_lapsed: str
     leases_reap: str
     queues_configure: str
     queues_list: str

@@ -45,11 +45,8 @@ from .._stored import (
     storable,
 )
 from ..base import (
-    AT_MOST_ONCE_LOST_ERROR,
-    CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     ERROR_TAIL,
-    LEASE_LOST_ERROR,
     STATUSES,
     THROUGHPUT_KEEP,
     Claimed,
@@ -72,6 +69,8 @@ from ..base import (
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
+    Lapsed,
+    LeasesLapsedParams,
     LeasesReapParams,
     LeasesRenewParams,
     LimitsStatsParams,
@@ -746,17 +745,29 @@ class PostgresBackend:
             cancel_requested=[jid for jid, _ in pairs if jid in asked],
         )
 
-    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """Recover jobs whose lease lapsed: an attempt was spent on each (one asked to cancel
-        is cancelled)."""
+    def leases_lapsed(self, params: LeasesLapsedParams) -> list[Lapsed]:
+        """The running jobs whose lease lapsed, in one read of the running partition."""
         if params.limit <= 0:
+            return []
+        args = {"now": self.clock.now(), "limit": params.limit}
+        rows = self._run(lambda c: self._fetch(c, Q.leases_lapsed, args))
+        return [
+            Lapsed(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows
+        ]
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """Apply the reaper's moves in one fenced statement, with the counts, the throughput
+        history and the freed idempotency keys in the same transaction."""
+        moves = [(key, m) for m in params.moves if (key := parse_numeric_id(m.id)) is not None]
+        if not moves:
             return []
         args = {
             "now": self.clock.now(),
-            "limit": params.limit,
-            "lease_error": LEASE_LOST_ERROR,
-            "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
-            "cancel_error": CANCEL_LOST_ERROR,
+            "ids": [key for key, _ in moves],
+            "tokens": [m.token for _, m in moves],
+            "kinds": [m.kind for _, m in moves],
+            "errors": [m.error for _, m in moves],
+            "delays": [m.delay for _, m in moves],
             "async_commit": self._settings.async_commit,
         }
         rows = self._run(lambda c: self._fetch(c, Q.leases_reap, args))

@@ -49,6 +49,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_unhold",
     "jobs_drop",
     "leases_renew",
+    "leases_lapsed",
     "leases_reap",
     "jobs_expire",
     "jobs_cancel",

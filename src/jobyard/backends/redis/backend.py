@@ -8,8 +8,10 @@ queue it names in one round trip; on Cluster it becomes one script per queue, an
 
 Delivery. A claim moves each job out of its queue's ready set into the claims set scored by lease
 expiry, with a fresh fencing token, in one script; an acknowledgement checks the token and removes
-the claim; a heartbeat pushes the score forward; the watchdog (:meth:`RedisBackend.leases_reap`)
-returns every claim whose lease lapsed to the queue, the attempt counted. That is seed 003's
+the claim; a heartbeat pushes the score forward; the watchdog reads the claims whose lease lapsed
+(:meth:`RedisBackend.leases_lapsed`) and, as the core decided, returns each to the queue, the
+attempt counted, or finishes it (:meth:`RedisBackend.leases_reap`, fenced by the token and the
+score). That is seed 003's
 reliable queue (BLMOVE to a processing list, a recovery zset, min_idle = the lease), with the
 processing list and the recovery set folded into one sorted set.
 
@@ -61,11 +63,8 @@ from ...clock import Clock
 from ...errors import ConfigurationError, DuplicateJob, InvalidTransition, JobNotFound
 from ...events import Events
 from ..base import (
-    AT_MOST_ONCE_LOST_ERROR,
-    CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     ERROR_TAIL,
-    LEASE_LOST_ERROR,
     STATUSES,
     Claimed,
     ClaimedJob,
@@ -87,6 +86,8 @@ from ..base import (
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
+    Lapsed,
+    LeasesLapsedParams,
     LeasesReapParams,
     LeasesRenewParams,
     LimitsStatsParams,
@@ -948,27 +949,60 @@ class RedisBackend:
         lost, asked, _ = self._fenced("leases_renew", [j for j, _ in jobs], item, ttl)
         return Renewed(lost=lost, cancel_requested=asked)
 
-    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """The watchdog: recover lapsed leases in every queue; on Cluster also pay the releases
-        a completion left owed when its caller died before paying them (see ``jobs_ack``).
-        First it takes over the staged batches whose producer stopped (``_insert.reap``)."""
-        _insert.reap(self.core)
-        out: list[Reaped] = []
-        left = params.limit
+    def leases_lapsed(self, params: LeasesLapsedParams) -> list[Lapsed]:
+        """The running jobs whose lease lapsed, read from every queue's claims set (one call
+        on a single node, one per queue on Cluster)."""
+        out: list[Lapsed] = []
         for names in self.core.slices(self.core.known_queues()):
+            left = params.limit - len(out)
+            if left <= 0:
+                break
+            args = [self.core.now(), str(len(names)), str(left)]
+            flat = self.core.run("leases_lapsed", self.core.group_keys(names), args)
+            for i in range(0, len(flat), 9):
+                g, n, token, name, attempts, most, backoff, delivery, asked = flat[i : i + 9]
+                queue = names[int(g) - 1]
+                out.append(
+                    Lapsed(
+                        make_id(queue, n),
+                        token,
+                        name,
+                        queue,
+                        int(attempts),
+                        int(most),
+                        backoff or None,
+                        "at_most_once" if delivery == "at_most_once" else "at_least_once",
+                        asked == "1",
+                    )
+                )
+        return out
+
+    def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
+        """Apply the reaper's moves, fenced (see ``leases_reap.lua``); on Cluster also pay the
+        releases a completion left owed when its caller died before paying them (see
+        ``jobs_ack``), in every queue. First it takes over the staged batches whose producer
+        stopped (``_insert.reap``)."""
+        _insert.reap(self.core)
+        by_queue: dict[str, list[list[Any]]] = defaultdict(list)
+        for m in params.moves:
+            parsed = parse_job_id(m.id)
+            if parsed is not None:
+                by_queue[parsed[0]].append([parsed[1], m.token, m.kind, m.error, m.delay])
+        # On Cluster every queue is visited for its owed releases; on one node only the moved.
+        queues = self.core.known_queues() if self.cluster else list(by_queue)
+        out: list[Reaped] = []
+        for names in self.core.slices(queues):
+            moves = [[g, *move] for g, q in enumerate(names, 1) for move in by_queue.get(q, ())]
             keys = self.core.group_keys(names)
             if not self.cluster:
                 keys += [self.keys.wake(q) for q in names]
             args = [
                 self.core.now(),
                 str(len(names)),
-                str(max(left, 0)),
                 _ttl(self.settings.failed_ttl),
-                LEASE_LOST_ERROR,
-                AT_MOST_ONCE_LOST_ERROR,
                 "" if self.cluster else "1",
                 str(OWED_BATCH),
-                CANCEL_LOST_ERROR,
+                dumps(moves),
             ]
             reply = self.core.run("leases_reap", keys, args)
             notes = [(names[int(e[1]) - 1], e) for e in reply if isinstance(e, list)]
@@ -978,7 +1012,6 @@ class RedisBackend:
                 queue = names[int(flat[i]) - 1]
                 out.append(Reaped(make_id(queue, flat[i + 1]), flat[i + 2], flat[i + 3], queue))
                 requeued[queue] += flat[i + 2] == "pending"
-            left = params.limit - len(out)
             if self.cluster:
                 for queue, count in requeued.items():
                     notes.append((queue, ["woke", 0, count]))

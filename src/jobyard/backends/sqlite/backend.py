@@ -39,12 +39,9 @@ from ...errors import (
 )
 from .._stored import limit_columns, limit_stats, limits_from, parse_numeric_id, readable, storable
 from ..base import (
-    AT_MOST_ONCE_LOST_ERROR,
-    CANCEL_LOST_ERROR,
     DEFAULT_MAX_ATTEMPTS,
     ERROR_TAIL,
     FINISHED,
-    LEASE_LOST_ERROR,
     REDRIVABLE,
     STATUSES,
     THROUGHPUT_KEEP,
@@ -67,6 +64,8 @@ from ..base import (
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
+    Lapsed,
+    LeasesLapsedParams,
     LeasesReapParams,
     LeasesRenewParams,
     LimitsStatsParams,
@@ -745,22 +744,37 @@ class SQLiteBackend:
                     out.cancel_requested.append(job_id)
         return out
 
+    def leases_lapsed(self, params: LeasesLapsedParams) -> list[Lapsed]:
+        """The running jobs whose lease lapsed, in one read."""
+        if params.limit <= 0:
+            return []
+        rows = (
+            self._conns.get()
+            .execute(self._q["leases_lapsed"], {"now": self.clock.now(), "limit": params.limit})
+            .fetchall()
+        )
+        return [
+            Lapsed(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8])) for r in rows
+        ]
+
     def leases_reap(self, params: LeasesReapParams) -> list[Reaped]:
-        """Recover running jobs whose lease lapsed, in one statement."""
+        """Apply the reaper's moves in one fenced statement, with the counts and the
+        throughput history in the same write."""
+        moves = [
+            [key, m.token, m.kind, m.error, m.delay]
+            for m in params.moves
+            if (key := parse_numeric_id(m.id)) is not None
+        ]
+        if not moves:
+            return []
         with self._writing() as conn:
+            now = self._now(conn)
             rows = conn.execute(
-                self._q["leases_reap"],
-                {
-                    "now": self.clock.now(),
-                    "limit": params.limit,
-                    "at_most_once_error": AT_MOST_ONCE_LOST_ERROR,
-                    "lease_lost_error": LEASE_LOST_ERROR,
-                    "cancel_lost_error": CANCEL_LOST_ERROR,
-                },
+                self._q["leases_reap"], {"now": now, "moves": json.dumps(moves)}
             ).fetchall()
             finished = Counter((r[2], r[1]) for r in rows if r[1] != "pending")
             self._count(conn, finished)
-            self._tally(conn, self.clock.now(), finished)
+            self._tally(conn, now, finished)
         rows.sort(key=lambda r: r[0])
         if any(r[1] == "pending" for r in rows):
             self._shared.notify()

@@ -865,44 +865,46 @@ SET lease_expires_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0) 
 WHERE id = :id AND status = 'running' AND token = :token
 RETURNING cancel_requested_at IS NOT NULL
 
+-- name: leases_lapsed
+-- The running jobs whose lease lapsed, longest lapsed first, with what the reaper above the
+-- store decides on (jobyard.retry.decide_lapsed). A read: nothing moves here.
+SELECT id, token, name, queue, attempts, max_attempts, backoff, delivery,
+       cancel_requested_at IS NOT NULL
+FROM jobs
+-- Running jobs are few: the jobs_status index finds them all, then the rows are checked.
+WHERE status = 'running'
+  AND lease_expires_at < coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+ORDER BY lease_expires_at, id
+LIMIT :limit
+
 -- name: leases_reap
--- A lapsed lease spent its attempt. A job someone asked to cancel is cancelled; at_most_once
--- jobs are never run twice; jobs without attempts left go to the dead letter; the rest are
--- due again at once.
+-- Apply the reaper's moves (:moves, a JSON array of [id, token, kind, error, delay]), each
+-- fenced: only a job still running with that token and a lease still lapsed moves, so a
+-- renewal or an ack that came between the read and this move wins (and a retry, a
+-- cancellation asked since the read). retry: pending again at
+-- now + delay (the attempt stays counted); failed, cancelled: finished now.
 WITH clock (now) AS (
     SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
+),
+moves (id, token, kind, error, delay) AS (
+    SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4
+    FROM json_each(:moves)
 )
 UPDATE jobs
-SET status = CASE
-        WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-        WHEN delivery = 'at_most_once' OR attempts >= max_attempts THEN 'failed'
-        ELSE 'pending'
-    END,
-    error = CASE
-        WHEN cancel_requested_at IS NOT NULL THEN :cancel_lost_error
-        WHEN delivery = 'at_most_once' THEN :at_most_once_error
-        ELSE :lease_lost_error
-    END,
-    finished_at = CASE
-        WHEN cancel_requested_at IS NOT NULL OR delivery = 'at_most_once'
-            OR attempts >= max_attempts THEN (SELECT now FROM clock)
-        ELSE NULL
-    END,
-    run_at = CASE
-        WHEN cancel_requested_at IS NOT NULL OR delivery = 'at_most_once'
-            OR attempts >= max_attempts THEN run_at
-        ELSE (SELECT now FROM clock)
-    END,
+SET status = CASE WHEN m.kind = 'retry' THEN 'pending' ELSE m.kind END,
+    error = m.error,
+    finished_at = CASE WHEN m.kind = 'retry' THEN NULL ELSE (SELECT now FROM clock) END,
+    run_at = CASE WHEN m.kind = 'retry' THEN (SELECT now FROM clock) + m.delay ELSE jobs.run_at END,
     token = NULL,
     lease_expires_at = NULL
-WHERE id IN (
-    -- Running jobs are few: the jobs_status index finds them all, then the rows are checked.
-    SELECT id FROM jobs
-    WHERE status = 'running' AND lease_expires_at < (SELECT now FROM clock)
-    ORDER BY lease_expires_at
-    LIMIT :limit
-)
-RETURNING id, status, queue, name
+FROM moves AS m
+WHERE jobs.id = m.id
+  AND jobs.status = 'running'
+  AND jobs.token = m.token
+  AND jobs.lease_expires_at < (SELECT now FROM clock)
+  -- a cancellation asked since the read: the next read decides it (cancelled)
+  AND (m.kind <> 'retry' OR jobs.cancel_requested_at IS NULL)
+RETURNING jobs.id, jobs.status, jobs.queue, jobs.name
 
 
 -- queues, workers, stats --------------------------------------------------------------------------

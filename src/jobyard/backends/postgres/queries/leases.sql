@@ -470,46 +470,52 @@ WHERE NOT EXISTS (SELECT 1 FROM held AS h WHERE h.id = i.id)
 UNION ALL
 SELECT r.id, 'cancel' FROM renewed AS r WHERE r.asked;
 
+-- name: leases_lapsed
+-- The running jobs whose lease lapsed, longest lapsed first, with what the reaper above the
+-- store decides on (jobyard.retry.decide_lapsed). A read: nothing is locked or moved here.
+-- The running partition is small (bounded by the workers' total concurrency), so it is
+-- scanned rather than indexed by lease_expires_at (which would make every renewal a non-HOT
+-- update).
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+)
+SELECT j.id, j.token, j.name, j.queue, j.attempts, j.max_attempts, j.backoff, j.delivery,
+       j.cancel_requested_at IS NOT NULL
+FROM jobs_running AS j, clock
+WHERE j.lease_expires_at < clock.now
+ORDER BY j.lease_expires_at, j.id
+LIMIT %(limit)s::int8;
+
 -- name: leases_reap
--- Recover running jobs whose lease lapsed: a job someone asked to cancel is cancelled, an
--- at_most_once job or one without attempts left fails, the rest are due again at once.
--- The running partition is small (bounded by the
--- workers' total concurrency), so it is scanned rather than indexed by lease_expires_at
--- (which would make every renewal a non-HOT update). SKIP LOCKED: a job whose settlement is
--- in flight is left to it, and two reapers share the work.
+-- Apply the reaper's moves (retry: pending again at now + delay, the attempt stays counted;
+-- failed, cancelled: finished now), each fenced: only a job still running with the move's
+-- token and a lease still lapsed moves, so a renewal or an ack between the read and this move
+-- wins. SKIP LOCKED: a job whose settlement or renewal is in flight is left to it (the next
+-- tick reads it again if its lease is still lapsed), and two reapers never wait on each other.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
 ),
+input AS (
+    SELECT *
+    FROM unnest(
+        %(ids)b::int8[], %(tokens)b::text[], %(kinds)b::text[], %(errors)b::text[],
+        %(delays)b::float8[]
+    ) AS i (id, token, kind, error, delay)
+),
 lapsed AS (
-    SELECT j.id
-    FROM jobs_running AS j, clock
+    SELECT j.id, i.kind, i.error, i.delay
+    FROM jobs_running AS j JOIN input AS i ON i.id = j.id AND i.token = j.token, clock
     WHERE j.lease_expires_at < clock.now
-    ORDER BY j.lease_expires_at, j.id
-    LIMIT %(limit)s::int8
+      -- a cancellation asked since the read: the next read decides it (cancelled)
+      AND (i.kind <> 'retry' OR j.cancel_requested_at IS NULL)
     FOR UPDATE OF j SKIP LOCKED
 ),
 reaped AS (
     UPDATE jobs AS j
-    SET status = CASE
-                     WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
-                     WHEN j.delivery = 'at_most_once' OR j.attempts >= j.max_attempts
-                     THEN 'failed' ELSE 'pending'
-                 END,
-        error = CASE
-                    WHEN j.cancel_requested_at IS NOT NULL THEN %(cancel_error)s::text
-                    WHEN j.delivery = 'at_most_once' THEN %(at_most_once_error)s::text
-                    ELSE %(lease_error)s::text
-                END,
-        finished_at = CASE
-                          WHEN j.cancel_requested_at IS NOT NULL OR j.delivery = 'at_most_once'
-                               OR j.attempts >= j.max_attempts
-                          THEN clock.now
-                      END,
-        run_at = CASE
-                     WHEN j.cancel_requested_at IS NOT NULL OR j.delivery = 'at_most_once'
-                          OR j.attempts >= j.max_attempts
-                     THEN j.run_at ELSE clock.now
-                 END,
+    SET status = CASE WHEN lapsed.kind = 'retry' THEN 'pending' ELSE lapsed.kind END,
+        error = lapsed.error,
+        finished_at = CASE WHEN lapsed.kind = 'retry' THEN NULL ELSE clock.now END,
+        run_at = CASE WHEN lapsed.kind = 'retry' THEN clock.now + lapsed.delay ELSE j.run_at END,
         token = NULL,
         lease_expires_at = NULL
     FROM lapsed, clock
@@ -541,7 +547,8 @@ tallied AS (
     ORDER BY queue
     ON CONFLICT (queue, minute) DO UPDATE SET failed = t.failed + excluded.failed
 ),
--- A job back to pending is due now; a finished one freed a slot of its queue: wake its workers.
+-- A job back to pending may be due now (a backoff of 0); a finished one freed a slot of its
+-- queue: wake its workers.
 notified AS (
     SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
     FROM (SELECT DISTINCT queue FROM reaped) AS d
