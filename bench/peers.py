@@ -54,6 +54,7 @@ from bench._common import (
     private_redis,
     scratch_database,
 )
+from jobyard.worker._cpu import default_processes
 
 PEERS_VENV = BENCH_DIR / ".venv-peers"
 PEERS_PYTHON = PEERS_VENV / "bin" / "python"
@@ -79,7 +80,8 @@ PEERS: dict[str, list[Peer]] = {
         Peer("rq (SimpleWorker)", "rq", "simple"),
         Peer("celery (threads {c})", "celery"),
         Peer("celery (prefork {c})", "celery", "prefork", extra=True),
-        Peer("dramatiq", "dramatiq"),
+        Peer("dramatiq (a process per CPU)", "dramatiq"),
+        Peer("dramatiq (1 process)", "dramatiq", "one"),
         Peer("arq", "arq"),
         Peer("saq", "saq"),
         Peer("huey (threads {c})", "huey"),
@@ -421,6 +423,8 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     variants: list[tuple[str, list[str], str]] = []
     if with_jobyard:
         variants.append((args.store, [], ""))
+        if default_processes() > 1:  # the worker's default runs one per CPU: also one alone
+            variants.append((args.store, ["--processes", "1"], ", 1 process"))
         if args.jobyard_prefetch:
             pre = str(args.jobyard_prefetch)
             variants.append((args.store, ["--prefetch", pre], f", prefetch {pre}"))

@@ -1,5 +1,6 @@
 """Dramatiq with its Redis broker and default middleware. Worker: ``dramatiq bench_dramatiq
---processes 1 --threads 8 --queues bench``. Messages are acknowledged after the actor ran. No bulk
+--processes P --threads 8 --queues bench``, P its own default of one process per CPU
+(``--variant one``: 1). Messages are acknowledged after the actor ran. No bulk
 enqueue API (``group`` sends one message per actor call): n/a. An idle consumer polls the store
 with a growing back-off (Dramatiq's design), which is what its idle latency shows.
 ``--work-ms``: ``work`` sleeps in ``time.sleep``; with ``--async``, ``awork`` is an ``async def``
@@ -65,12 +66,14 @@ def main() -> None:
     for _ in range(h.n):
         job.send(*job_args)
     total = 2 * h.n
+    # its own default is one process per CPU; --variant one: a single process
+    processes = 1 if h.args.variant == "one" else os.cpu_count() or 1
     h.start_worker(
         [
             "dramatiq",
             "bench_dramatiq",
             "--processes",
-            "1",
+            str(processes),
             "--threads",
             str(h.concurrency),
             "--queues",
@@ -90,8 +93,9 @@ def main() -> None:
         h.drain(
             total,
             poll,
-            f"1 process, {h.concurrency} threads",
+            f"{processes} process{'es' if processes > 1 else ''}, {h.concurrency} threads each",
             purge=lambda: redis.delete("dramatiq:bench"),
+            slots=processes * h.concurrency,
         )
         h.latency(lambda i: tasks.stamp.send(i))
     finally:
