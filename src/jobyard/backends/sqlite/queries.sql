@@ -76,16 +76,24 @@ VALUES (
     coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
     :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :fanout, :key,
     -- A fair queue's turn (start-time fair queueing): one after the key's latest pending job,
-    -- never before the queue's current round; keyless jobs take theirs as one more key.
-    CASE WHEN (SELECT q.fair FROM queues AS q WHERE q.name = :queue) = 1 THEN max(
-        coalesce(CASE WHEN :key IS NULL
-            THEN (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_turns
-                  WHERE t.queue = :queue AND t.status = 'pending' AND t.turn > 0
-                    AND t.limit_key IS NULL)
-            ELSE (SELECT max(t.turn) FROM jobs AS t INDEXED BY jobs_pending_turns
-                  WHERE t.queue = :queue AND t.status = 'pending' AND t.turn > 0
-                    AND t.limit_key = :key)
-        END, 0) + 1,
+    -- never before the queue's current round r; keyless jobs take theirs as one more key.
+    -- Only a pending turn >= r can matter (max(p + 1, r) = r for any p < r), so the key's
+    -- entries in jobs_turns (every status, turn <> 0: 0011_turns_index.sql) are walked down
+    -- from its highest turn to r at most: its backlog's latest job, as a rule the first one
+    -- read, or the few claimed in round r.
+    CASE WHEN (SELECT q.fair FROM queues AS q WHERE q.name = :queue) = 1 THEN coalesce(
+        CASE WHEN :key IS NULL
+            THEN (SELECT t.turn + 1 FROM jobs AS t INDEXED BY jobs_turns
+                  WHERE t.queue = :queue AND t.limit_key IS NULL AND t.turn <> 0
+                    AND t.turn >= (SELECT q.turn_round FROM queues AS q WHERE q.name = :queue)
+                    AND t.status = 'pending'
+                  ORDER BY t.turn DESC LIMIT 1)
+            ELSE (SELECT t.turn + 1 FROM jobs AS t INDEXED BY jobs_turns
+                  WHERE t.queue = :queue AND t.limit_key = :key AND t.turn <> 0
+                    AND t.turn >= (SELECT q.turn_round FROM queues AS q WHERE q.name = :queue)
+                    AND t.status = 'pending'
+                  ORDER BY t.turn DESC LIMIT 1)
+        END,
         (SELECT q.turn_round FROM queues AS q WHERE q.name = :queue))
     ELSE 0 END,
     :payload
