@@ -265,6 +265,19 @@ def test_a_late_tenant_joins_the_round_being_served_not_ahead_of_it(backend: Bac
     assert keys_of(backend, claim(backend, 10)).count("A") == 5
 
 
+def test_a_key_whose_last_job_was_taken_rejoins_the_round_being_served(backend: Backend) -> None:
+    # given A's one job taken in round 1, while B still has jobs of rounds 1 to 3
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    insert(backend, new(key="A"))
+    insert(backend, *[new(key="B") for _ in range(3)])
+    assert keys_of(backend, claim(backend, 1)) == ["A"]
+    # when A enqueues again
+    insert(backend, new(key="A"))
+    # then its job has no pending turn of A's to follow: it takes the round being served
+    order = [k for _ in range(4) for k in keys_of(backend, claim(backend, 1))]
+    assert order == ["B", "A", "B", "B"]
+
+
 # --- the state a limit keeps is bounded ---------------------------------------------------------
 
 

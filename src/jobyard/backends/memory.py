@@ -578,6 +578,12 @@ class MemoryBackend:
             for row in chosen:
                 if row.turn > self._round.get(row.rec.queue, 0):
                     self._round[row.rec.queue] = row.turn
+                last = self._last_turn.get(row.rec.queue, {})
+                if row.rec.key in last and last[row.rec.key] == row.turn:
+                    # The key's latest job is taken: no pending turn of its own is left to
+                    # follow, so its next job joins the round being served (as on the SQL
+                    # stores, which read the key's latest pending turn, and Redis).
+                    del last[row.rec.key]
         return chosen, opens
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
