@@ -107,6 +107,7 @@ def test_opening_migrates_once_and_records_each_version(
         (8, "0008_workflow_holds"),
         (9, "0009_limits"),
         (10, "0010_throughput"),
+        (11, "0011_turns_index"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()
