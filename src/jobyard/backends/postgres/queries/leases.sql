@@ -130,19 +130,10 @@ top AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS p
 ),
--- What each job's key may take under the queue's limits, and its name's (plain queues: limit).
+-- What each job's name may take under its job limits (plain queues: limit). What its key may
+-- take under the queue's key limits is read in by_name_key, for the jobs that need it.
 sized AS (
-    SELECT t.*, g.room,
-           CASE WHEN t.limit_key IS NULL THEN %(limit)s::int8 ELSE least(
-               CASE WHEN g.key_concurrency IS NULL THEN %(limit)s::int8 ELSE g.key_concurrency - (
-                   SELECT count(*) FROM jobs_running AS r
-                   WHERE r.queue = t.queue AND r.limit_key = t.limit_key
-               ) END,
-               CASE WHEN g.key_rate_count IS NULL THEN %(limit)s::int8 ELSE coalesce((
-                   SELECT {{_bucket_admits}} FROM limit_buckets AS b
-                   WHERE b.queue = t.queue AND b.job = '' AND b.key = t.limit_key
-               ), g.key_rate_burst) END
-           ) END AS key_room,
+    SELECT t.*, g.room, g.key_concurrency, g.key_rate_count, g.key_rate_burst,
            CASE WHEN jl.rate_count IS NULL THEN %(limit)s::int8 ELSE coalesce((
                SELECT {{_bucket_admits}} FROM limit_buckets AS b
                WHERE b.queue = t.queue AND b.job = t.name AND b.key = ''
@@ -167,10 +158,25 @@ by_key AS (
         PARTITION BY queue, limit_key ORDER BY priority DESC, turn, run_at, id) AS n1
     FROM sized
 ),
+-- A key's first job in claim order passed the gate, which found a free slot and an open bucket
+-- for that key (key_room >= 1 in this statement's snapshot): only the key's later jobs read
+-- what it may take (its running jobs and its bucket). With many keys a claim takes one job of
+-- each, and reads nothing more than the gate did.
 by_name_key AS (
-    SELECT *, row_number() OVER (
-        PARTITION BY queue, name, limit_key ORDER BY priority DESC, turn, run_at, id) AS n2
-    FROM by_key WHERE n1 <= key_room
+    SELECT k.*, row_number() OVER (
+        PARTITION BY k.queue, k.name, k.limit_key ORDER BY k.priority DESC, k.turn, k.run_at, k.id
+    ) AS n2
+    FROM by_key AS k CROSS JOIN clock
+    WHERE k.n1 = 1 OR k.n1 <= CASE WHEN k.limit_key IS NULL THEN %(limit)s::int8 ELSE least(
+        CASE WHEN k.key_concurrency IS NULL THEN %(limit)s::int8 ELSE k.key_concurrency - (
+            SELECT count(*) FROM jobs_running AS r
+            WHERE r.queue = k.queue AND r.limit_key = k.limit_key
+        ) END,
+        CASE WHEN k.key_rate_count IS NULL THEN %(limit)s::int8 ELSE coalesce((
+            SELECT {{_bucket_admits}} FROM limit_buckets AS b
+            WHERE b.queue = k.queue AND b.job = '' AND b.key = k.limit_key
+        ), k.key_rate_burst) END
+    ) END
 ),
 by_name AS (
     SELECT *, row_number() OVER (
