@@ -371,6 +371,41 @@ SET status = 'pending',
 WHERE id = :id AND status IN ('failed', 'cancelled')
 RETURNING {{_job_record}}
 
+-- name: jobs_resume_targets
+-- The jobs of :ids (a JSON array of numbers) that jobs_resume moves: failed or cancelled,
+-- without an idempotency key, each with the number of its inputs not completed (an input that
+-- is gone counts as not completed). Read in jobs_resume's write transaction: no completion
+-- comes between this count and the move.
+SELECT j.id, j.queue, j.status,
+       (SELECT count(*)
+        FROM job_links AS l LEFT JOIN jobs AS i ON i.id = l.input_id
+        WHERE l.job_id = j.id AND (i.id IS NULL OR i.status <> 'completed')) AS waits
+FROM jobs AS j
+WHERE j.id IN (SELECT value FROM json_each(:ids))
+  AND j.status IN ('failed', 'cancelled') AND j.idempotency_key IS NULL
+
+-- name: jobs_resume
+-- Re-drive the jobs of :moves (a JSON array of [id, waits] from jobs_resume_targets) as
+-- jobs_retry does, each pending if no input is left to complete, else waiting for them.
+WITH moves (id, waits) AS (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:moves)
+)
+UPDATE jobs
+SET status = CASE WHEN moves.waits > 0 THEN 'waiting' ELSE 'pending' END,
+    waits = moves.waits,
+    attempts = 0,
+    run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
+    finished_at = NULL,
+    result = NULL,
+    token = NULL,
+    lease_expires_at = NULL,
+    cancel_requested_at = NULL,
+    cancelled_by = NULL,
+    progress = NULL,
+    progress_note = NULL
+FROM moves
+WHERE jobs.id = moves.id AND jobs.status IN ('failed', 'cancelled')
+
 -- name: jobs_purge_queues
 -- The queues that hold finished jobs of :statuses (a JSON array): job_counts, one row each.
 SELECT DISTINCT queue FROM job_counts
