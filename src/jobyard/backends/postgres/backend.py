@@ -610,7 +610,7 @@ class PostgresBackend:
         if not keys:
             return []
         ids = list(keys)
-        steps = [
+        steps: list[_caller.Step] = [
             (Q.jobs_resume_lock, {"ids": ids}),
             (Q.jobs_resume, {"now": self.clock.now(), "ids": ids}),
         ]
