@@ -447,8 +447,8 @@ class SQLiteBackend:
             ).fetchall()
             if not rows:
                 return []
-            moves = json.dumps([[r[0], r[3]] for r in rows])
-            conn.execute(q["jobs_resume"], {"moves": moves, "now": self.clock.now()})
+            moved = json.dumps([r[0] for r in rows])
+            conn.execute(q["jobs_resume"], {"ids": moved, "now": self.clock.now()})
             gone: Counter[tuple[str, str]] = Counter()
             for r in rows:
                 gone[(r[1], r[2])] -= 1  # out of the finished counts
