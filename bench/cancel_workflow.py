@@ -6,9 +6,10 @@
 
 Three groups of N members (and their join) are enqueued; the first is cancelled job by job, as
 ``cancel_workflow`` did before issue 18, the second by one ``jobs_cancel_many``, the third by
-``app.cancel_workflow`` (the move and its two reads of the workflow). Prints, each on a line of
-its own: ``per_job`` and ``batched`` (seconds for the group's cancel moves), ``speedup``, and
-``cancel_workflow`` (seconds for the whole call, reads included).
+``app.cancel_workflow`` (the move and its two reads of the workflow), which
+``app.resume_workflow`` then resumes. Prints, each on a line of its own: ``per_job`` and
+``batched`` (the group's cancel moves), ``speedup``, ``cancel_workflow`` and
+``resume_workflow`` (the whole calls, reads included).
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ def main(argv: list[str] | None = None) -> None:
         for flow_id in (flows[0].id, flows[1].id):
             assert {j.status.value for j in app.workflow(flow_id).jobs} == {"cancelled"}
         assert {j.status.value for j in done.jobs} == {"cancelled"}
+
+        # and back: the cancelled group resumed in one call (members due, the join waiting)
+        t0 = time.perf_counter()
+        resumed = app.resume_workflow(flows[2].id)
+        resume = time.perf_counter() - t0
+        assert [j.status.value for j in resumed.jobs].count("pending") == args.size
+        assert resumed.jobs[-1].status.value == "waiting"
         app.close()
 
     print(f"# jobyard {args.backend}: cancel a group of {args.size} (+ its join)")
@@ -76,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     emit("batched", batched * 1000, "ms", "one jobs_cancel_many")
     emit("speedup", per_job / batched, "x")
     emit("cancel_workflow", whole * 1000, "ms", "the whole call: the move and two workflow reads")
+    emit("resume_workflow", resume * 1000, "ms", "the whole call: one jobs_resume and two reads")
 
 
 if __name__ == "__main__":

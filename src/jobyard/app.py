@@ -27,6 +27,7 @@ from .backends.base import (
     JobsCancelParams,
     JobsListParams,
     JobsPurgeParams,
+    JobsResumeParams,
     LimitsStatsParams,
     LimitStats,
     Purged,
@@ -380,6 +381,31 @@ class App:
             self.backend.jobs_cancel_many(JobsCancelManyParams(ids, by))
         return self.workflow(workflow_id)
 
+    def resume_workflow(self, workflow_id: str) -> Workflow:
+        """Resume a failed or cancelled chain or group, so that it completes: every job of it
+        that ended failed or cancelled runs again (attempts reset, as :meth:`retry`), at once
+        if its inputs have all completed, else once they have (it waits for them again, as
+        when it was enqueued); completed jobs keep their results and are not run again. One
+        store call for the whole workflow (``jobs_resume``), and safe to call again: a job
+        still running with a cancellation request that then stops cancelled is resumed by the
+        next call. Raises JobNotFound if a job it would run needs one that was purged."""
+        flow = self.workflow(workflow_id)
+        present = {job.id for job in flow.jobs}
+        stopped = [job for job in flow.jobs if job.status in (Status.FAILED, Status.CANCELLED)]
+        for job in stopped:
+            gone = next((i for i in job.depends_on if i not in present), None)
+            if gone is not None:
+                raise JobNotFound(
+                    gone,
+                    f"purged, and step {job.id} of workflow {workflow_id} takes its result: "
+                    "the workflow cannot be resumed",
+                )
+        if stopped:
+            # Later steps first, as cancel_workflow: a step waits again before its inputs run.
+            ids = [job.id for job in reversed(stopped)]
+            self.backend.jobs_resume(JobsResumeParams(ids))
+        return self.workflow(workflow_id)
+
     def cancel_pending(
         self, *, queue: str | None = None, name: str | None = None, dry_run: bool = False
     ) -> list[str]:
@@ -454,7 +480,8 @@ class App:
     def retry(self, job_id: str) -> Job:
         """Re-drive a failed or cancelled job: pending again, with its attempts reset. A workflow
         step resumes its workflow from there; one whose inputs have not all completed (a
-        cancelled workflow) is refused, as it would run without its argument."""
+        cancelled workflow) is refused, as it would run without its argument:
+        :meth:`resume_workflow` runs such a workflow again as a whole."""
         rec = self.backend.jobs_get(str(job_id))
         if rec is not None and rec.depends_on:
             inputs = self.results(rec.depends_on)

@@ -56,7 +56,7 @@ from .errors import (
     JobNotFound,
     JobyardError,
 )
-from .job import JobFunction, check_name
+from .job import JobFunction, Status, check_name
 from .workflow import Workflow
 
 log = logging.getLogger("jobyard.cli")
@@ -727,6 +727,25 @@ def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> No
     _echo(f"workflow {workflow_id}: {summary}{note}")
 
 
+def _resume_workflow(app: App, job_id: str) -> None:
+    workflow_id = app.get(job_id).workflow_id
+    if workflow_id is None:
+        raise click.UsageError(f"job {job_id} is not part of a chain or group")
+    before = app.workflow(workflow_id)
+    stopped = sum(j.status in (Status.FAILED, Status.CANCELLED) for j in before.jobs)
+    flow = app.resume_workflow(workflow_id)
+    counts = Counter(j.status.value for j in flow.jobs)
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    asked = sum(j.status == Status.RUNNING and j.cancel_requested_at is not None for j in flow.jobs)
+    done = f"resumed {stopped} failed or cancelled job(s)" if stopped else "nothing to resume"
+    note = (
+        f"; {asked} running job(s) asked to stop: if one ends cancelled, resume again"
+        if asked
+        else ""
+    )
+    _echo(f"workflow {workflow_id}: {done}; now {summary}{note}")
+
+
 @cli.command()
 @click.argument("app_ref", metavar="APP")
 @click.argument("job_id", metavar="[ID]", required=False)
@@ -737,6 +756,11 @@ def _cancel_workflow(app: App, job_id: str, by: str | None, dry_run: bool) -> No
     "--error-contains", default=None, metavar="TEXT", help="With --all: only errors holding TEXT."
 )
 @click.option("--dry-run", is_flag=True, help="With --all: count what would be re-driven.")
+@click.option(
+    "--workflow",
+    is_flag=True,
+    help="Resume the whole chain or group job ID belongs to: its failed and cancelled jobs.",
+)
 def retry(
     app_ref: str,
     job_id: str | None,
@@ -745,17 +769,27 @@ def retry(
     name: str | None,
     error_contains: str | None,
     dry_run: bool,
+    workflow: bool,
 ) -> None:
     """Re-drive failed or cancelled job ID, or with --all every failed job (the dead letter)
     of --queue, --name and --error-contains: pending again, attempts reset. --all walks the
-    dead letter in batches of 200, never all of it in memory."""
+    dead letter in batches of 200, never all of it in memory.
+
+    With --workflow, resume the chain or group job ID belongs to: each of its failed or
+    cancelled jobs runs again, at once if its inputs completed, else once they have, so the
+    workflow completes (a step of a cancelled workflow cannot be re-driven alone)."""
     filters = queue is not None or name is not None or error_contains is not None
+    if workflow and (job_id is None or every or filters or dry_run):
+        raise click.UsageError("--workflow takes a job ID of the workflow, and no other option")
     if job_id is not None and (every or filters or dry_run):
         raise click.UsageError("give a job ID or --all with its filters, not both")
     if job_id is None and not every:
         raise click.UsageError("give a job ID, or --all (with --queue/--name/--error-contains)")
     if job_id is None and error_contains == "":
         raise click.UsageError("--error-contains needs some text")
+    if job_id is not None and workflow:
+        _resume_workflow(_app(app_ref), job_id)
+        return
     if job_id is not None:
         job = _app(app_ref).retry(job_id)
         _echo(f"job {job.id} is {job.status} again (attempts reset)")

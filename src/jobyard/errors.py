@@ -70,7 +70,7 @@ class InvalidTransition(JobyardError):
         """``retry(job_id)`` refused: a workflow step whose input has not completed would run
         without its argument."""
         how = (
-            f"retry job {input_id} first, then this step once it completed"
+            "resume the whole workflow instead (app.resume_workflow, jobyard retry --workflow)"
             if status in ("failed", "cancelled")
             else "retry this step once it completed"
             if status in ("waiting", "pending", "running")

@@ -417,6 +417,8 @@ class WorkflowReader(Protocol):
 
     def cancel_workflow(self, workflow_id: str, *, by: str | None = None) -> Workflow: ...
 
+    def resume_workflow(self, workflow_id: str) -> Workflow: ...
+
     def results(self, ids: Sequence[str]) -> dict[str, Job]: ...
 
 
@@ -441,6 +443,11 @@ class WorkflowHandle:
     def cancel(self, *, by: str | None = None) -> Workflow:
         """Cancel what has not run yet and ask the running jobs to stop."""
         return self._reader.cancel_workflow(self.id, by=by)
+
+    def resume(self) -> Workflow:
+        """Run again what ended failed or cancelled, so that the workflow completes
+        (``app.resume_workflow``)."""
+        return self._reader.resume_workflow(self.id)
 
     def result(self, timeout: float | None = None, poll: float = 0.05) -> Any:
         """Wait for the workflow to complete; its result (a chain's last result, a group's list).

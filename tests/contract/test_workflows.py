@@ -249,12 +249,10 @@ def test_cancelling_a_workflow_stops_what_runs_and_what_waits(
         wait_until(lambda: app.get(handle.ids[0]).status == "cancelled", what="crawl cancelled")
     assert {app.get(i).cancelled_by for i in handle.ids} == {"ops"}
     # and a cancelled step whose input did not complete cannot be re-driven on its own: the
-    # refusal says how to resume (its input first, then the step)
+    # refusal says how to resume (the whole workflow)
     with pytest.raises(jobyard.InvalidTransition, match="takes the result of job") as refused:
         app.retry(handle.ids[1])
-    assert str(refused.value).endswith(
-        f"retry job {handle.ids[0]} first, then this step once it completed"
-    )
+    assert str(refused.value).endswith("(app.resume_workflow, jobyard retry --workflow)")
 
 
 def test_cancelling_a_running_step_stops_its_chain(make_app: Callable[..., jobyard.App]) -> None:

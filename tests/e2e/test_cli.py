@@ -999,3 +999,17 @@ def test_show_prints_a_workflow_as_a_tree_and_cancel_stops_it(cli: Cli, app: job
     # a job outside any workflow is refused in one line
     plain = cli.enqueue("greet", "--args", '["c"]')
     assert_one_line_error(cli("cancel", APP, plain, "--workflow"), "not part of a chain or group")
+    # a cancelled step cannot be re-driven alone: the refusal names the resume
+    done = cli("retry", APP, join)
+    assert done.returncode != 0 and "jobyard retry --workflow" in done.stderr
+    # and retry --workflow through any of its jobs resumes it: the members due, the join
+    # waiting for them again
+    said = cli.ok("retry", APP, first, "--workflow")
+    assert said.strip() == (
+        f"workflow {flow.id}: resumed 3 failed or cancelled job(s); now 2 pending, 1 waiting"
+    )
+    assert [app.get(i).status for i in flow.ids] == ["pending", "pending", "waiting"]
+    said = cli.ok("retry", APP, join, "--workflow")
+    assert said.strip() == f"workflow {flow.id}: nothing to resume; now 2 pending, 1 waiting"
+    assert_one_line_error(cli("retry", APP, plain, "--workflow"), "not part of a chain or group")
+    assert_one_line_error(cli("retry", APP, "--all", "--workflow"), "--workflow takes a job ID")

@@ -12,11 +12,13 @@ import pytest
 
 from jobyard.backends.base import (
     JobsAckParams,
+    JobsCancelParams,
     JobsClaimParams,
     JobsExpireParams,
     JobsInsertParams,
     JobsListParams,
     JobsPurgeParams,
+    JobsResumeParams,
     Outcome,
 )
 from jobyard.backends.redis.backend import RedisBackend
@@ -74,6 +76,35 @@ def test_a_release_left_owed_by_a_dead_caller_is_paid_once_by_the_reaper(
     assert ready(backend, "c") == [join.rsplit(":", 1)[1]]
     assert [c.id for c in backend.jobs_claim(JobsClaimParams("w1", ("c",), 10))] == [join]
     assert backend.jobs_claim(JobsClaimParams("w1", ("c",), 10)) == []
+
+
+@pytest.mark.parametrize("kind", ["cluster"])
+def test_a_resumed_step_whose_caller_died_is_checked_by_the_reaper(
+    backend: RedisBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given x in queue "a" completed, and its dependent y in queue "b" (another slot) cancelled
+    x, y = insert(backend, step(queue="a"), step(0, queue="b"))
+    backend.jobs_cancel(JobsCancelParams(y))
+    backend.jobs_ack(JobsAckParams(completed(backend, "a")))
+    assert status(backend, y) == "cancelled"
+    # when y is resumed and its caller dies after the script, before checking x (its script
+    # cannot read x: another slot)
+    with monkeypatch.context() as m:
+        m.setattr(backend, "_settle", lambda notes: None)
+        assert backend.jobs_resume(JobsResumeParams([y])) == [y]
+    # then y waits, with the check of x owed in its queue
+    assert status(backend, y) == "waiting"
+    n = y.rsplit(":", 1)[1]
+    assert backend.client.hgetall(backend.keys.owed("b")) == {f"w{n}": x}
+    # when the watchdog runs, then it counted x off: y is due and nothing is owed
+    reap(backend)
+    assert status(backend, y) == "pending"
+    assert backend.client.hlen(backend.keys.owed("b")) == 0
+    # and a late check and a second run change nothing: y is ready once
+    backend._pay_waits([("b", f"w{n}", x)])
+    reap(backend)
+    assert ready(backend, "b") == [n]
+    assert [c.id for c in backend.jobs_claim(JobsClaimParams("w1", ("b",), 10))] == [y]
 
 
 @pytest.mark.parametrize("kind", ["cluster"])

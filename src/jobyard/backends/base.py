@@ -656,6 +656,21 @@ class JobsCancelManyParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsResumeParams:
+    """Re-drive the failed and cancelled jobs of a workflow in one move
+    (``app.resume_workflow``), so that it can complete: each job of ``ids`` that is failed or
+    cancelled gets its attempts reset, as :meth:`Backend.jobs_retry` does, and becomes
+    ``pending`` if all its inputs (``depends_on``) have completed, else ``waiting`` again with
+    its count of inputs not completed yet: the completion of the last of them releases it, as
+    at insert. The count is taken in the same atomic move as the inputs' completions, so an
+    input completing meanwhile releases the job exactly once. A job that is unknown, in another
+    status, or holds an idempotency key (workflow jobs never do; ``jobs_retry`` re-drives such a
+    job) is skipped."""
+
+    ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class LeasesLapsedParams:
     """Read up to ``limit`` running jobs whose lease lapsed (``lease_expires_at < now``), the
     longest lapsed first: what the reaper above the store decides on (see :class:`Lapsed`)."""
@@ -1189,6 +1204,13 @@ class Backend(Protocol):
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Re-drive a failed or cancelled job: pending now, attempts reset. Raise JobNotFound,
         InvalidTransition, or DuplicateJob if its idempotency key is held by another job."""
+        ...
+
+    def jobs_resume(self, params: JobsResumeParams) -> list[str]:
+        """Re-drive failed and cancelled workflow jobs, each ``pending`` or ``waiting`` again on
+        its inputs not completed (see :class:`JobsResumeParams`), in one move per store call
+        (Redis: one script per 500 jobs, per queue on Cluster); the ids it changed, in the order
+        given."""
         ...
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:

@@ -40,6 +40,7 @@ from .base import (
     JobsListParams,
     JobsPage,
     JobsPurgeParams,
+    JobsResumeParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -413,6 +414,40 @@ class MemoryBackend:
             self._inserts += 1
             self._lock.notify_all()
             return row.rec
+
+    def jobs_resume(self, params: JobsResumeParams) -> list[str]:
+        """Each failed or cancelled job without a key: pending if its inputs all completed,
+        else waiting on those not completed; under one lock, so no completion slips between
+        the count and the move."""
+        changed: list[str] = []
+        with self._lock:
+            for job_id in params.ids:
+                row = self._rows.get(job_id)
+                if row is None or row.rec.status not in REDRIVABLE or row.rec.idempotency_key:
+                    continue
+                waits = 0
+                for input_id in row.rec.depends_on:
+                    got = self._rows.get(input_id)
+                    if got is None or got.rec.status != "completed":
+                        waits += 1
+                row.waits = waits
+                row.rec = replace(
+                    row.rec,
+                    status="waiting" if waits else "pending",
+                    attempts=0,
+                    run_at=self._now(),
+                    finished_at=None,
+                    result=None,
+                    cancel_requested_at=None,
+                    cancelled_by=None,
+                    progress=None,
+                    progress_note=None,
+                )
+                changed.append(job_id)
+            if changed:
+                self._inserts += 1
+                self._lock.notify_all()
+        return changed
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:
         """Delete finished jobs older than the limit, but the held ones, and the waiting steps

@@ -28,6 +28,8 @@ class Queries:
     jobs_cancel: str
     jobs_cancel_many: str
     jobs_retry: str
+    jobs_resume_lock: str
+    jobs_resume: str
     purge_fence: str
     jobs_purge: str
     jobs_claim_lock: str

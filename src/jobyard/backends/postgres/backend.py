@@ -66,6 +66,7 @@ from ..base import (
     JobsListParams,
     JobsPage,
     JobsPurgeParams,
+    JobsResumeParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -598,6 +599,22 @@ class PostgresBackend:
             "pending_only": params.pending_only,
         }
         rows = self._run(lambda c: self._fetch(c, Q.jobs_cancel_many, args))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
+
+    def jobs_resume(self, params: JobsResumeParams) -> list[str]:
+        """Failed or cancelled workflow jobs -> pending, or waiting on their inputs not
+        completed: the inputs share-locked first (``jobs_resume_lock``), then one statement,
+        in one pipeline and one transaction."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        ids = list(keys)
+        steps: list[_caller.Step] = [
+            (Q.jobs_resume_lock, {"ids": ids}),
+            (Q.jobs_resume, {"now": self.clock.now(), "ids": ids}),
+        ]
+        rows = self._run(lambda c: self._locked(c, steps))
         changed = {int(r[0]) for r in rows}
         return [job_id for k, job_id in keys.items() if k in changed]
 

@@ -55,6 +55,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_cancel",
     "jobs_cancel_many",
     "jobs_retry",
+    "jobs_resume",
     "jobs_list",
     "jobs_search",
     "dead_groups",

@@ -83,6 +83,7 @@ from ..base import (
     JobsListParams,
     JobsPage,
     JobsPurgeParams,
+    JobsResumeParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -522,6 +523,46 @@ class RedisBackend:
         reply = self.core.run_once("jobs_cancel_many", keys, args)
         return {make_id(chunk[int(reply[i]) - 1][0], reply[i + 1]) for i in range(0, len(reply), 2)}
 
+    def jobs_resume(self, params: JobsResumeParams) -> list[str]:
+        """Failed or cancelled workflow jobs -> pending, or waiting on their inputs not
+        completed (``jobs_resume.lua``): one script per :data:`CANCEL_CHUNK` jobs, per queue on
+        Cluster, where the inputs in other queues are then checked and those completed counted
+        off (owed as ``w<n>`` until then, so the reaper checks them if this caller dies)."""
+        by_queue: dict[str, list[str]] = {}
+        for job_id in params.ids:
+            parsed = parse_job_id(job_id)
+            if parsed is not None:
+                by_queue.setdefault(parsed[0], []).append(parsed[1])
+        changed: set[str] = set()
+        for names in self.core.slices(list(by_queue)):
+            chunk: list[tuple[str, list[str]]] = []
+            size = 0
+            for queue in names:
+                numbers = by_queue[queue]
+                for i in range(0, len(numbers), CANCEL_CHUNK):
+                    part = numbers[i : i + CANCEL_CHUNK]
+                    if size + len(part) > CANCEL_CHUNK and chunk:
+                        changed |= self._resume_chunk(chunk)
+                        chunk, size = [], 0
+                    chunk.append((queue, part))
+                    size += len(part)
+            if chunk:
+                changed |= self._resume_chunk(chunk)
+        return [job_id for job_id in params.ids if job_id in changed]
+
+    def _resume_chunk(self, chunk: list[tuple[str, list[str]]]) -> set[str]:
+        keys = [key for queue, _ in chunk for key in self.keys.queue(queue)]
+        if not self.cluster:
+            keys += [self.keys.wake(queue) for queue, _ in chunk]
+        args = [self.core.now(), str(len(chunk)), self.keys.prefix, "" if self.cluster else "1"]
+        args += [",".join(ns) for _, ns in chunk]
+        reply = self.core.run_once("jobs_resume", keys, args)
+        flat = [e for e in reply if not isinstance(e, list)]
+        notes = [(chunk[int(e[1]) - 1][0], e) for e in reply if isinstance(e, list)]
+        if notes:
+            self._settle(notes)
+        return {make_id(chunk[int(flat[i]) - 1][0], flat[i + 1]) for i in range(0, len(flat), 2)}
+
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending, attempts reset."""
         queue, n = self._locate(job_id)
@@ -799,16 +840,19 @@ class RedisBackend:
             releases: list[tuple[str, str, str]] = []
             holds: list[tuple[str, str, str]] = []
             drops: list[tuple[str, str, str]] = []
+            waits: list[tuple[str, str, str]] = []
             for queue, entry in notes:
                 if entry[0] == "woke":
                     woke[queue] += int(entry[2])
                     continue
                 name = str(entry[2])
-                kind = {"f": holds, "d": drops}.get(name[:1], releases)
+                kind = {"f": holds, "d": drops, "w": waits}.get(name[:1], releases)
                 kind.append((queue, name, entry[3]))
             notes = []
             if releases:
                 woke.update(self.pay_owed(releases))
+            if waits:
+                woke.update(self._pay_waits(waits))
             if holds:
                 paid.freed |= self._pay_holds(holds)
             if drops:
@@ -844,6 +888,29 @@ class RedisBackend:
             released[dep_queue] += int(
                 self.core.run("jobs_release", keys, [self.core.now(), dumps(pairs)])
             )
+        self._clear_all(owed)
+        return released
+
+    def _pay_waits(self, owed: Sequence[tuple[str, str, str]]) -> Counter[str]:
+        """Cluster: a resumed job ``(queue, "w<n>", inputs)`` waits again on inputs in other
+        queues that ``jobs_resume.lua`` could not read: count off those that have completed
+        (``jobs_release.lua``: once per input, however often this is paid, and a completion
+        that races it pays its own release), then clear the entries. Returns how many jobs
+        became pending, by queue."""
+        wanted = sorted({i for _, _, inputs in owed for i in _ids(inputs)})
+        done: set[str] = set()
+        for start in range(0, len(wanted), 1000):
+            part = wanted[start : start + 1000]
+            recs = self._list_ids(JobsListParams(ids=part, limit=len(part)))
+            done |= {r.id for r in recs if r.status == "completed"}
+        pay: dict[str, list[list[str]]] = defaultdict(list)
+        for queue, name, inputs in owed:
+            pay[queue] += [[name[1:], i] for i in _ids(inputs) if i in done]
+        released: Counter[str] = Counter()
+        for queue, pairs in pay.items():
+            if pairs:
+                args = [self.core.now(), dumps(pairs)]
+                released[queue] += int(self.core.run("jobs_release", self.keys.queue(queue), args))
         self._clear_all(owed)
         return released
 

@@ -61,6 +61,7 @@ from ..base import (
     JobsListParams,
     JobsPage,
     JobsPurgeParams,
+    JobsResumeParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -430,6 +431,29 @@ class SQLiteBackend:
         with self._writing() as conn:
             rows = conn.execute(self._q["jobs_cancel_many"], args).fetchall()
             self._count(conn, Counter((queue, st) for _, queue, st in rows if st == "cancelled"))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
+
+    def jobs_resume(self, params: JobsResumeParams) -> list[str]:
+        """Failed or cancelled workflow jobs -> pending, or waiting on their inputs not
+        completed; counted and moved in one write transaction, which no completion enters."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        q = self._q
+        with self._writing() as conn:
+            rows = conn.execute(
+                q["jobs_resume_targets"], {"ids": json.dumps(list(keys))}
+            ).fetchall()
+            if not rows:
+                return []
+            moved = json.dumps([r[0] for r in rows])
+            conn.execute(q["jobs_resume"], {"ids": moved, "now": self.clock.now()})
+            gone: Counter[tuple[str, str]] = Counter()
+            for r in rows:
+                gone[(r[1], r[2])] -= 1  # out of the finished counts
+            self._count(conn, gone)
+        self._shared.notify(tuple({r[1] for r in rows if r[3] == 0}))
         changed = {int(r[0]) for r in rows}
         return [job_id for k, job_id in keys.items() if k in changed]
 

@@ -635,6 +635,72 @@ SELECT CASE WHEN j.status IN ('failed', 'cancelled') THEN 'duplicate' ELSE 'stat
 FROM jobs AS j
 WHERE j.id = %(id)s::int8 AND NOT EXISTS (SELECT 1 FROM redriven);
 
+-- name: jobs_resume_lock
+-- Sent before jobs_resume in the same implicit transaction (one pipeline): share-lock the
+-- inputs of the jobs it may move, in id order. An ack that completed one of them before holds
+-- its row lock until it commits, and this waits for it, so jobs_resume's own snapshot, taken
+-- after, counts it completed. An ack that completes one after this waits for the resume to
+-- commit, and its release of the steps (jobyard_release, a volatile function whose UPDATE takes
+-- its snapshot then, after the wait) sees the step waiting again and counts the input off:
+-- exactly once either way. (A lock meeting a row a concurrent completion moved to another
+-- partition fails with a serialization error; the backend runs both statements again.)
+SELECT i.id
+FROM jobs AS j
+CROSS JOIN LATERAL unnest(j.depends_on) AS d (id)
+JOIN jobs AS i ON i.id = d.id
+WHERE j.id = ANY(%(ids)b::int8[]) AND j.status IN ('failed', 'cancelled')
+ORDER BY i.id
+FOR SHARE OF i;
+
+-- name: jobs_resume
+-- Re-drive the failed or cancelled jobs of %(ids)s without an idempotency key as jobs_retry
+-- does, each pending if all its inputs completed (an input that is gone counts as not
+-- completed), else waiting with waits = its inputs not completed (after jobs_resume_lock: see
+-- there). The waiting ones join job_counts' waiting count; the pending ones wake their queue.
+-- Returns the id of each job moved.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+-- Materialized and joined by the UPDATE by id, as in jobs_cancel_many: the statuses before.
+target AS MATERIALIZED (
+    SELECT j.id, j.queue, j.status,
+           (SELECT count(*)::integer
+            FROM unnest(j.depends_on) AS d (id)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM jobs AS i WHERE i.id = d.id AND i.status = 'completed'
+            )) AS waits
+    FROM jobs AS j
+    WHERE j.id = ANY(%(ids)b::int8[]) AND j.status IN ('failed', 'cancelled')
+      AND j.idempotency_key IS NULL
+),
+moved AS (
+    UPDATE jobs AS j
+    SET status = CASE WHEN t.waits > 0 THEN 'waiting' ELSE 'pending' END,
+        waits = CASE WHEN j.depends_on IS NULL THEN j.waits ELSE t.waits END,
+        attempts = 0, run_at = clock.now, finished_at = NULL, result = NULL,
+        cancel_requested_at = NULL, cancelled_by = NULL, progress = NULL, progress_note = NULL
+    FROM target AS t, clock
+    WHERE j.id = t.id AND j.id = ANY(%(ids)b::int8[]) AND j.status IN ('failed', 'cancelled')
+    RETURNING j.id, j.queue, j.status, t.status AS was
+),
+counted AS (
+    INSERT INTO job_counts AS jc (queue, status, n)
+    SELECT d.queue, d.status, sum(d.n)
+    FROM (
+        SELECT m.queue, m.was AS status, -1 AS n FROM moved AS m
+        UNION ALL
+        SELECT m.queue, 'waiting', 1 FROM moved AS m WHERE m.status = 'waiting'
+    ) AS d
+    GROUP BY d.queue, d.status
+    ORDER BY d.queue, d.status
+    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
+),
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || p.queue) AS sent
+    FROM (SELECT DISTINCT m.queue FROM moved AS m WHERE m.status = 'pending') AS p
+)
+SELECT m.id FROM moved AS m WHERE (SELECT count(*) FROM notified) >= 0;
+
 -- name: purge_fence
 -- Sent before jobs_purge in the same implicit transaction (one pipeline): index scans only,
 -- for that statement. With autovacuum off the finished partitions are never analyzed, and a
