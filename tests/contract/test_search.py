@@ -188,6 +188,43 @@ def test_the_dead_letter_groups_by_queue_name_and_last_line(
     assert sum(g.count for g in short.groups) == 2
 
 
+def test_every_way_into_the_dead_letter_groups_by_the_error_it_left(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    from jobyard.backends.base import (
+        LEASE_LOST_ERROR,
+        DeadGroupsParams,
+        LeasesReapParams,
+        error_line,
+    )
+
+    def groups() -> dict[tuple[str, str], int]:
+        got = backend.dead_groups(DeadGroupsParams(queue="q"))
+        assert got.complete and got.scanned == sum(g.count for g in got.groups)
+        return {(g.name, g.error_line): g.count for g in got.groups}
+
+    # given a job failed by its handler, and one whose lease lapsed with no attempt left
+    acked = fail_all(backend, "q", ["Traceback ...\n  ValueError: one \n"])[0]
+    (lost,) = insert(backend, NewJob(name="lost", queue="q", payload="{}", max_attempts=1, lease=5))
+    assert [c.id for c in backend.jobs_claim(JobsClaimParams("w", ["q"], 1))] == [lost]
+    clock.advance(6)
+    assert [r.status for r in backend.leases_reap(LeasesReapParams())] == ["failed"]
+    # then each is grouped by the line of the error it left
+    lapsed = error_line(LEASE_LOST_ERROR)
+    assert groups() == {("task", "ValueError: one"): 1, ("lost", lapsed): 1}
+    # when the first is retried and fails again with another error
+    backend.jobs_retry(acked)
+    claimed = backend.jobs_claim(JobsClaimParams("w", ["q"], 1))
+    assert [c.id for c in claimed] == [acked]
+    out = Outcome(acked, claimed[0].token, "failed", error="KeyError: 'two'\r\n")
+    assert backend.jobs_ack(JobsAckParams([out])) == []
+    # then it moved to the new error's group, and the old group is gone
+    assert groups() == {("task", "KeyError: 'two'"): 1, ("lost", lapsed): 1}
+    # and a retried job leaves its group at once
+    backend.jobs_retry(lost)
+    assert groups() == {("task", "KeyError: 'two'"): 1}
+
+
 def test_short_walks_over_many_queues_miss_no_job_and_repeat_none(backend: Backend) -> None:
     # given jobs of three queues, unevenly interleaved, some of them matching
     jobs = [new("abc"[i % 3] if i % 5 else "a", "hit" if i % 4 else "miss") for i in range(40)]

@@ -829,6 +829,12 @@ def error_line(error: str | None) -> str:
 ERROR_TAIL = 1000  # characters of an error a store may group by (a longer last line: its end)
 
 
+def group_line(error: str | None) -> str:
+    """The line a store groups a failed job by (and stores when the job fails, where it
+    keeps one): :func:`error_line` of the error's last :data:`ERROR_TAIL` characters."""
+    return error_line((error or "")[-ERROR_TAIL:])
+
+
 def in_group(error: str | None, line: str) -> bool:
     """Whether a failed job's error belongs to a dead-letter group of ``line``: its
     :func:`error_line`, or (a last line longer than :data:`ERROR_TAIL`, which a store groups
@@ -1132,7 +1138,7 @@ def group_dead(rows: Sequence[tuple[str, str, str | None, float | None, str]]) -
     out: dict[tuple[str, str, str], list[Any]] = {}
     for queue, name, error, finished, job_id in rows:
         at = finished or 0.0
-        g = out.get(key := (queue, name, error_line((error or "")[-ERROR_TAIL:])))
+        g = out.get(key := (queue, name, group_line(error)))
         if g is None:
             out[key] = [1, at, at, job_id]  # the first walked: the newest job
         else:

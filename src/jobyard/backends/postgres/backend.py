@@ -46,7 +46,6 @@ from .._stored import (
 )
 from ..base import (
     DEFAULT_MAX_ATTEMPTS,
-    ERROR_TAIL,
     STATUSES,
     THROUGHPUT_KEEP,
     Claimed,
@@ -553,8 +552,8 @@ class PostgresBackend:
 
     def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
         """The newest ``scan`` failed jobs grouped in one statement (the failed partition's
-        primary key backwards; each error's tail only)."""
-        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        primary key backwards; the line each stored as it failed, no error read)."""
+        args = {"queue": params.queue, "scan": params.scan}
         rows = self._run(lambda c: self._fetch(c, Q.dead_groups, args))
         groups = [
             DeadGroup(

@@ -40,7 +40,6 @@ from ...errors import (
 from .._stored import limit_columns, limit_stats, limits_from, parse_numeric_id, readable, storable
 from ..base import (
     DEFAULT_MAX_ATTEMPTS,
-    ERROR_TAIL,
     FINISHED,
     REDRIVABLE,
     STATUSES,
@@ -91,6 +90,7 @@ from ..base import (
     ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
+    group_line,
     refuse_connection,
     sort_groups,
 )
@@ -381,8 +381,9 @@ class SQLiteBackend:
         return JobsPage(records, cursor, scanned)
 
     def dead_groups(self, params: DeadGroupsParams) -> DeadGroups:
-        """The newest ``scan`` failed jobs through jobs_dead, grouped in one statement."""
-        args = {"queue": params.queue, "scan": params.scan, "tail": ERROR_TAIL}
+        """The newest ``scan`` failed jobs through jobs_dead, grouped in one statement by the
+        line each stored when it failed."""
+        args = {"queue": params.queue, "scan": params.scan}
         rows = self._conns.get().execute(self._q["dead_groups"], args).fetchall()
         groups = [
             DeadGroup(r[0], r[1], r[2], int(r[3]), float(r[4] or 0), float(r[5] or 0), str(r[6]))
@@ -609,6 +610,8 @@ class SQLiteBackend:
                     "result": outcome.result,
                     "error": outcome.error,
                     "delay": outcome.delay,
+                    # the dead letter's line, stored beside the error (0011_dead_lines.sql)
+                    "line": group_line(outcome.error) if outcome.kind == "failed" else None,
                 }
                 sql = q[_ACK_QUERIES[outcome.kind]]
                 try:
@@ -618,6 +621,8 @@ class SQLiteBackend:
                     # store it escaped rather than lose the outcome.
                     args["result"] = storable(outcome.result)
                     args["error"] = storable(outcome.error)
+                    if outcome.kind == "failed":
+                        args["line"] = group_line(args["error"])
                     cursor = conn.execute(sql, args)
                 if outcome.kind in FINISHED:
                     # completed, failed and cancelled return the job's queue (RETURNING), or
@@ -785,7 +790,7 @@ class SQLiteBackend:
         """Apply the reaper's moves in one fenced statement, with the counts and the
         throughput history in the same write."""
         moves = [
-            [key, m.token, m.kind, m.error, m.delay]
+            [key, m.token, m.kind, m.error, m.delay, group_line(m.error)]
             for m in params.moves
             if (key := parse_numeric_id(m.id)) is not None
         ]

@@ -263,18 +263,19 @@ SELECT count(*), min(id) FROM (
 
 -- name: dead_groups
 -- The dead letter grouped (Backend.dead_groups): the newest :scan failed jobs (of :queue),
--- through the partial index jobs_dead, grouped by queue, name and the line of base.error_line
--- of each error's last :tail characters (jobyard_error_line, a function of the connection:
--- _connection.py). Returns (queue, name, line, count, latest, earliest finished_at, the
--- newest job's id, walked); walked is one more than :scan when the walk did not reach the end.
+-- from the partial index jobs_dead_lines alone, grouped by queue, name and the line stored
+-- when each failed (dead_line, 0011_dead_lines.sql: base.error_line of the error's last 1,000
+-- characters), so no row and no error is read. Returns (queue, name, line, count, latest, earliest
+-- finished_at, the newest job's id, walked); walked is one more than :scan when the walk did
+-- not reach the end.
 WITH walk AS (
-    SELECT id, queue, name, finished_at, error FROM jobs INDEXED BY jobs_dead
-    WHERE status IN ('failed', 'cancelled') AND status = 'failed'
+    SELECT id, queue, name, finished_at, dead_line FROM jobs INDEXED BY jobs_dead_lines
+    WHERE status = 'failed'
       AND (:queue IS NULL OR queue = :queue)
     ORDER BY id DESC
     LIMIT :scan + 1
 )
-SELECT queue, name, jobyard_error_line(CAST(substr(error, -:tail) AS BLOB)) AS line, count(*),
+SELECT queue, name, coalesce(dead_line, '') AS line, count(*),
        max(finished_at), min(finished_at), max(id), (SELECT count(*) FROM walk)
 FROM walk
 WHERE (SELECT count(*) FROM walk) <= :scan OR id > (SELECT min(id) FROM walk)
@@ -846,6 +847,7 @@ WHERE id = :id AND status = 'running' AND token = :token
 UPDATE jobs
 SET status = 'failed',
     error = :error,
+    dead_line = :line,
     finished_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
     token = NULL,
     lease_expires_at = NULL
@@ -924,7 +926,8 @@ ORDER BY lease_expires_at, id
 LIMIT :limit
 
 -- name: leases_reap
--- Apply the reaper's moves (:moves, a JSON array of [id, token, kind, error, delay]), each
+-- Apply the reaper's moves (:moves, a JSON array of [id, token, kind, error, delay, line]:
+-- line, a failed move's base.group_line of its error), each
 -- fenced: only a job still running with that token and a lease still lapsed moves, so a
 -- renewal or an ack that came between the read and this move wins (and a retry, a
 -- cancellation asked since the read). retry: pending again at
@@ -932,13 +935,15 @@ LIMIT :limit
 WITH clock (now) AS (
     SELECT coalesce(:now, (julianday('now') - 2440587.5) * 86400.0)
 ),
-moves (id, token, kind, error, delay) AS (
-    SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4
+moves (id, token, kind, error, delay, line) AS (
+    SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5
     FROM json_each(:moves)
 )
 UPDATE jobs
 SET status = CASE WHEN m.kind = 'retry' THEN 'pending' ELSE m.kind END,
     error = m.error,
+    -- A failed move's dead-letter line, of the error set just above (0011_dead_lines.sql).
+    dead_line = CASE WHEN m.kind = 'failed' THEN m.line ELSE jobs.dead_line END,
     finished_at = CASE WHEN m.kind = 'retry' THEN NULL ELSE (SELECT now FROM clock) END,
     run_at = CASE WHEN m.kind = 'retry' THEN (SELECT now FROM clock) + m.delay ELSE jobs.run_at END,
     token = NULL,

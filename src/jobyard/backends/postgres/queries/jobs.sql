@@ -426,31 +426,23 @@ FROM (
 
 -- name: dead_groups
 -- The dead letter grouped (Backend.dead_groups): the newest %(scan)s failed jobs (of %(queue)s),
--- the failed partition's primary key backwards, grouped by queue, name and the last line of the
--- error's last %(tail)s characters (base.error_line: the last line with anything but spaces,
--- tabs and carriage returns, without those around it). Returns (queue, name, line, count,
--- newest, oldest, the newest job's id (the last enqueued), walked): walked is one more than %(scan)s when the walk did
--- not reach the end.
+-- the failed partition's primary key backwards, grouped by queue, name and the line stored as
+-- each entered the partition (dead_line, 0010_dead_lines.sql: base.error_line of the error's
+-- last 1,000 characters), so no error is read. Returns (queue, name, line, count, newest,
+-- oldest, the newest job's id (the last enqueued), walked): walked is one more than %(scan)s
+-- when the walk did not reach the end; the walk's one extra row, its lowest, is left out.
 WITH walk AS (
-    SELECT j.id, j.queue, j.name, j.finished_at, right(coalesce(j.error, ''), %(tail)s::int4) AS tail
+    SELECT j.id, j.queue, j.name, j.finished_at, j.dead_line
     FROM jobs_failed AS j
     WHERE %(queue)s::text IS NULL OR j.queue = %(queue)s::text
     ORDER BY j.id DESC
     LIMIT %(scan)s::int8 + 1
-),
--- The last line by string functions (a regular expression cost four times as much): the first
--- line of the reversed text. The walk's one extra row, its lowest, is left out.
-lined AS (
-    SELECT w.id, w.queue, w.name, w.finished_at,
-           btrim(reverse(split_part(reverse(rtrim(w.tail, E' \t\r\n')), E'\n', 1)), E' \t\r')
-               AS line
-    FROM walk AS w
-    WHERE (SELECT count(*) FROM walk) <= %(scan)s::int8 OR w.id > (SELECT min(id) FROM walk)
 )
-SELECT queue, name, line, count(*), max(finished_at), min(finished_at), max(id),
-       (SELECT count(*) FROM walk)
-FROM lined
-GROUP BY queue, name, line;
+SELECT queue, name, coalesce(dead_line, ''), count(*), max(finished_at), min(finished_at),
+       max(id), (SELECT count(*) FROM walk)
+FROM walk
+WHERE (SELECT count(*) FROM walk) <= %(scan)s::int8 OR id > (SELECT min(id) FROM walk)
+GROUP BY queue, name, dead_line;
 
 -- name: jobs_list_workflow
 -- One workflow's jobs: a backward range of the jobs_workflow index in each partition, merged

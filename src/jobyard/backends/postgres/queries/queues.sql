@@ -85,16 +85,10 @@ FROM job_limits ORDER BY queue, name;
 -- name: limits_scope_counts
 -- For limits_stats: per (queue, name, key) of the queues asked (none: all), the
 -- pending and running jobs that carry a key, and the running jobs per (queue, name) with or
--- without one (key NULL). A read for status: it reads the pending and running partitions.
-SELECT queue, name, limit_key, count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'running')
-FROM (
-    SELECT queue, name, limit_key, status FROM jobs_pending WHERE limit_key IS NOT NULL
-    UNION ALL
-    SELECT queue, name, limit_key, status FROM jobs_running
-) AS j
-WHERE cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[])
-GROUP BY queue, name, limit_key;
+-- without one (key NULL): through indexes, never the partitions' pages
+-- (jobyard_limit_counts, 0010_dead_lines.sql).
+SELECT c.queue, c.name, c.limit_key, c.pending, c.running
+FROM jobyard_limit_counts(%(queues)b::text[]) AS c;
 
 -- name: limit_buckets_list
 SELECT queue, job, tat, interval, burst FROM limit_buckets WHERE key = '';
@@ -111,13 +105,10 @@ ORDER BY queue;
 -- name: stats_get
 -- Rows of (queue, kind, n): kind is a status (a count), 'configured' (a queue with settings),
 -- or 'recent' (completions in the last minute). An empty queues array means every queue.
--- Only the small pending and running partitions are counted; `status IN (...)` of constants
--- prunes the others at plan time.
-SELECT queue, status, count(*)
-FROM jobs
-WHERE status IN ('pending', 'running')
-  AND (cardinality(%(queues)b::text[]) = 0 OR queue = ANY(%(queues)b::text[]))
-GROUP BY queue, status
+-- Only the pending and running partitions are counted, through their indexes
+-- (jobyard_live_counts, 0010_dead_lines.sql).
+SELECT c.queue, c.status, c.n
+FROM jobyard_live_counts(%(queues)b::text[]) AS c
 UNION ALL
 -- Finished and waiting jobs are not counted: their counts are kept with the moves
 -- (0004_counts.sql, 0006_workflows.sql).

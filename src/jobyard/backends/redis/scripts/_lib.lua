@@ -321,11 +321,52 @@ local function tally_flush()
   end
 end
 
+-- The dead letter's line of an error (base.error_line): the last line with anything but
+-- spaces, tabs and carriage returns, without those around it, read from the error's last
+-- `tail` bytes (cut at a whole UTF-8 character). By plain scans: a pattern anchored with "$"
+-- is tried from every position (0.3 ms a traceback).
+local ERROR_TAIL = 1000 -- base.ERROR_TAIL
+
+local function dead_line(err, tail)
+  err = err or ''
+  if #err > tail then
+    err = string.sub(err, -tail)
+    err = string.gsub(err, '^[\128-\191]+', '') -- no half of a character
+  end
+  local e = #err
+  while e > 0 do
+    local c = string.byte(err, e)
+    if c ~= 32 and c ~= 9 and c ~= 13 and c ~= 10 then
+      break
+    end
+    e = e - 1
+  end
+  local s, p = 0, string.find(err, '\n', 1, true)
+  while p and p <= e do
+    s = p
+    p = string.find(err, '\n', p + 1, true)
+  end
+  local b = s + 1
+  while b <= e do
+    local c = string.byte(err, b)
+    if c ~= 32 and c ~= 9 and c ~= 13 then
+      break
+    end
+    b = b + 1
+  end
+  return string.sub(err, b, e)
+end
+
 -- Into a finished state's indexes; finished job hashes expire after ttl seconds (0: kept),
 -- but a failed or cancelled workflow job: its deletion must reach the jobs it is linked to
 -- (drop_linked in _flows.lua), which a key TTL would not, so only jobs_expire drops it.
 -- With `batch` the index entries join it (the caller sends it); `key` as for release_idem.
+-- A failed job keeps its dead-letter line beside its error (field dead_line, set here once,
+-- after every caller wrote the error), so the dead letter's grouping reads no traceback.
 local function to_finished(k, jk, n, status, now, ttl, batch, key)
+  if status == 'failed' then
+    redis.call('HSET', jk, 'dead_line', dead_line(redis.call('HGET', jk, 'error'), ERROR_TAIL))
+  end
   if batch then
     batch_add(batch, 'ZADD', k[status], n, n)
     batch_add(batch, 'ZADD', k['done_' .. status], now, n)

@@ -4,7 +4,7 @@
 --       Redis node), the queue's wake list.
 -- ARGV: [1] now, "" = Redis TIME   [2] job number   [3] "1" = the wake list follows
 -- Touches: the job hash (status pending, attempts 0, run_at; finished_at, result, the
---          cancellation request and the progress cleared, error kept for history; its expiry
+--          cancellation request, the progress and the dead-letter line cleared, error kept for history; its expiry
 --          removed); the finished state's two indexes; the
 --          ready level, prios, pending; idem (the job takes its key back).
 -- Returns: {"ok", field1, value1, ...}, {"missing"} (also for a job of a batch still staged),
@@ -44,7 +44,7 @@ end
 from_finished(k, n, cur[1])
 redis.call('PERSIST', jk)
 redis.call('HDEL', jk, 'finished_at', 'result', 'token', 'lease_expires_at',
-  'cancel_requested_at', 'cancelled_by', 'progress', 'progress_note')
+  'cancel_requested_at', 'cancelled_by', 'progress', 'progress_note', 'dead_line')
 redis.call('HSET', jk, 'status', 'pending', 'attempts', 0, 'run_at', now)
 to_ready(k, n, cur[2], now)
 if ARGV[3] == '1' then
