@@ -108,6 +108,7 @@ def test_opening_migrates_once_and_records_each_version(
         (9, "0009_limits"),
         (10, "0010_throughput"),
         (11, "0011_turns_index"),
+        (12, "0012_dead_lines"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()

@@ -169,7 +169,7 @@ class DeadLetter:
     total_failed: int  # every failed job in the store (of the queue filter)
     scanned: int  # failed jobs looked through
     complete: bool  # every failed job was looked through
-    newest: tuple[Job, ...] = ()  # the newest failed jobs the filter matches (a page)
+    newest: tuple[Job, ...] = ()  # the newest failed jobs a narrowing filter matches (a page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,9 +432,10 @@ def _bulk_filter(flt: DeadFilter) -> _bulk.DeadFilter:
 
 
 def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
-    """The failed jobs grouped by name and last error line, biggest group first, and the newest
-    failed jobs the filter matches (three store calls: the counts, the store's grouping of up to
-    :data:`DEAD_SCAN` failed jobs, one page of the filter's jobs)."""
+    """The failed jobs grouped by name and last error line, biggest group first, and, when the
+    filter narrows the dead letter (a name, a line or a substring), the newest failed jobs it
+    matches (three store calls: the counts, the store's grouping of up to :data:`DEAD_SCAN`
+    failed jobs, one page of the filter's jobs; the whole dead letter lists no job)."""
     queues = (flt.queue,) if flt.queue else ()
     stats = app.backend.stats_get(StatsParams(queues, recent=False))
     total = sum(s.counts.get("failed", 0) for s in stats)
@@ -445,7 +446,8 @@ def dead_letter(app: App, flt: DeadFilter) -> DeadLetter:
         if (flt.name is None or g.name == flt.name)
         and (flt.error_line is None or g.error_line == flt.error_line)
     )
-    matching = tuple(dead_jobs(app, flt))
+    narrowed = flt.name is not None or flt.error_line is not None or flt.contains is not None
+    matching = tuple(dead_jobs(app, flt)) if narrowed else ()
     return DeadLetter(groups, total, grouped.scanned, grouped.complete, matching)
 
 

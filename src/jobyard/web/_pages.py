@@ -213,7 +213,7 @@ def dead(site: Site, request: Request) -> Response:
     flt = _dead_filter(request.query_params)
     letter = _data.dead_letter(site.app, flt)
     narrowed = flt.name is not None or flt.error_line is not None or flt.contains is not None
-    listed = letter.newest if narrowed else ()
+    listed = letter.newest
     queues = site.cache.get(("queues",), lambda: _data.queue_names(site.app))
     return site.render(
         request,

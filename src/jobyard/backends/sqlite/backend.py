@@ -610,7 +610,7 @@ class SQLiteBackend:
                     "result": outcome.result,
                     "error": outcome.error,
                     "delay": outcome.delay,
-                    # the dead letter's line, stored beside the error (0011_dead_lines.sql)
+                    # the dead letter's line, stored beside the error (0012_dead_lines.sql)
                     "line": group_line(outcome.error) if outcome.kind == "failed" else None,
                 }
                 sql = q[_ACK_QUERIES[outcome.kind]]

@@ -264,7 +264,7 @@ SELECT count(*), min(id) FROM (
 -- name: dead_groups
 -- The dead letter grouped (Backend.dead_groups): the newest :scan failed jobs (of :queue),
 -- from the partial index jobs_dead_lines alone, grouped by queue, name and the line stored
--- when each failed (dead_line, 0011_dead_lines.sql: base.error_line of the error's last 1,000
+-- when each failed (dead_line, 0012_dead_lines.sql: base.error_line of the error's last 1,000
 -- characters), so no row and no error is read. Returns (queue, name, line, count, latest, earliest
 -- finished_at, the newest job's id, walked); walked is one more than :scan when the walk did
 -- not reach the end.
@@ -942,7 +942,7 @@ moves (id, token, kind, error, delay, line) AS (
 UPDATE jobs
 SET status = CASE WHEN m.kind = 'retry' THEN 'pending' ELSE m.kind END,
     error = m.error,
-    -- A failed move's dead-letter line, of the error set just above (0011_dead_lines.sql).
+    -- A failed move's dead-letter line, of the error set just above (0012_dead_lines.sql).
     dead_line = CASE WHEN m.kind = 'failed' THEN m.line ELSE jobs.dead_line END,
     finished_at = CASE WHEN m.kind = 'retry' THEN NULL ELSE (SELECT now FROM clock) END,
     run_at = CASE WHEN m.kind = 'retry' THEN (SELECT now FROM clock) + m.delay ELSE jobs.run_at END,

@@ -1,4 +1,4 @@
--- 0011_dead_lines: each failed job's dead-letter line, stored when it fails.
+-- 0012_dead_lines: each failed job's dead-letter line, stored when it fails.
 --
 -- The dead letter groups failed jobs by queue, name and base.error_line of the error's last
 -- 1,000 characters. Grouping computed that line from every walked error on every read of the
