@@ -2,9 +2,10 @@
 (``jobyard retry --all``, ``jobyard queue``) and the dashboard.
 
 Every move walks the failed jobs a filter matches through ``jobs_search`` (the store's cursor,
-a page at a time), so memory holds one batch, never the dead letter: a retry re-drives each job
-of a batch (one ``jobs_retry`` each: the same move as ``app.retry``, hooks and checks included),
-a purge deletes a batch by ids (``jobs_purge`` with ``ids``). A count says what a move would
+a page at a time), so memory holds one batch, never the dead letter: a retry re-drives a batch
+in one move (``jobs_retry_many``; a workflow step, and a job the move skipped, through
+``app.retry``, which checks a step's inputs and says why a job cannot be retried), a purge
+deletes a batch by ids (``jobs_purge`` with ``ids``). A count says what a move would
 touch before it runs: exact from the store's counts or groups where they answer it, else by a
 bounded walk.
 """
@@ -20,6 +21,7 @@ from .backends.base import (
     DeadGroupsParams,
     JobRecord,
     JobsPurgeParams,
+    JobsRetryManyParams,
     JobsSearchParams,
     QueueConfig,
     StatsParams,
@@ -137,15 +139,24 @@ def retry(
     the same way, moving nothing). ``on_batch(done so far)`` after each batch."""
     out = BulkResult()
     for batch in batches(app, flt):
-        for rec in batch:
-            if dry_run:
-                out.done += 1
-                continue
-            try:
-                app.retry(rec.id)
-                out.done += 1
-            except (InvalidTransition, JobNotFound, DuplicateJob, ConfigurationError) as exc:
-                out.problems.append(str(exc))  # said, and the rest go on
+        if dry_run:
+            out.done += len(batch)
+        else:
+            # One store move for the batch; a workflow step goes through app.retry, which
+            # checks its inputs first.
+            plain = [r.id for r in batch if not r.depends_on]
+            moved = set(app.backend.jobs_retry_many(JobsRetryManyParams(plain))) if plain else set()
+            out.done += len(moved)
+            for rec in batch:
+                if rec.id in moved:
+                    continue
+                # A step, or a job the move skipped: app.retry says why (or, if the job
+                # became failed again meanwhile, re-drives it).
+                try:
+                    app.retry(rec.id)
+                    out.done += 1
+                except (InvalidTransition, JobNotFound, DuplicateJob, ConfigurationError) as exc:
+                    out.problems.append(str(exc))  # said, and the rest go on
         if on_batch is not None:
             on_batch(out.done)
     return out

@@ -671,6 +671,16 @@ class JobsResumeParams:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsRetryManyParams:
+    """Re-drive many jobs in one move (the dead letter's bulk retry, a batch of ids at a time):
+    each job as :meth:`Backend.jobs_retry` would, but a job that is unknown, neither failed nor
+    cancelled, or whose idempotency key another pending or running job holds (also one
+    re-driven before it in the same move) is skipped, left as it is, instead of refused."""
+
+    ids: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
 class LeasesLapsedParams:
     """Read up to ``limit`` running jobs whose lease lapsed (``lease_expires_at < now``), the
     longest lapsed first: what the reaper above the store decides on (see :class:`Lapsed`)."""
@@ -1217,6 +1227,12 @@ class Backend(Protocol):
         its inputs not completed (see :class:`JobsResumeParams`), in one move per store call
         (Redis: one script per 500 jobs, per queue on Cluster); the ids it changed, in the order
         given."""
+        ...
+
+    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
+        """Re-drive each job as :meth:`jobs_retry` would, in one round trip per store call
+        (Redis Cluster: one per queue), skipping the jobs it would refuse; the ids of those it
+        re-drove, in the order given (an id given twice, once)."""
         ...
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:

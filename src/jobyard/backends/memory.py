@@ -41,6 +41,7 @@ from .base import (
     JobsPage,
     JobsPurgeParams,
     JobsResumeParams,
+    JobsRetryManyParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -448,6 +449,18 @@ class MemoryBackend:
                 self._inserts += 1
                 self._lock.notify_all()
         return changed
+
+    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
+        """jobs_retry for each job under one lock; the refused ones skipped."""
+        done: list[str] = []
+        with self._lock:
+            for job_id in dict.fromkeys(params.ids):
+                try:
+                    self.jobs_retry(job_id)  # the lock is reentrant
+                except (JobNotFound, InvalidTransition, DuplicateJob):
+                    continue
+                done.append(job_id)
+        return done
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:
         """Delete finished jobs older than the limit, but the held ones, and the waiting steps

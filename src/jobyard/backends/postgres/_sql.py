@@ -53,6 +53,7 @@ class Queries:
     jobs_search: str
     jobs_search_end: str
     dead_groups: str
+    jobs_retry_many: str
     jobs_purge_ids: str
     jobs_search_status: str
     jobs_search_status_end: str

@@ -66,6 +66,7 @@ from ..base import (
     JobsPage,
     JobsPurgeParams,
     JobsResumeParams,
+    JobsRetryManyParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -633,6 +634,16 @@ class PostgresBackend:
         if verdict != "ok":
             raise InvalidTransition.cannot_retry(job_id, rec.status)
         return rec
+
+    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
+        """jobs_retry for many jobs in one statement; the refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        args = {"now": self.clock.now(), "ids": list(keys)}
+        rows = self._run(lambda c: self._fetch(c, Q.jobs_retry_many, args))
+        changed = {int(r[0]) for r in rows}
+        return [job_id for k, job_id in keys.items() if k in changed]
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:
         """Delete finished jobs but the held ones, with the waiting steps downstream, in one

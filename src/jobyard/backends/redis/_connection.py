@@ -56,6 +56,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_cancel_many",
     "jobs_retry",
     "jobs_resume",
+    "jobs_retry_many",
     "jobs_list",
     "jobs_search",
     "dead_groups",

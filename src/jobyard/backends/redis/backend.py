@@ -84,6 +84,7 @@ from ..base import (
     JobsPage,
     JobsPurgeParams,
     JobsResumeParams,
+    JobsRetryManyParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -584,6 +585,50 @@ class RedisBackend:
         if self.cluster:
             self.core.wake_after({queue: 1})
         return _record(queue, n, _pairs(reply[1:]))
+
+    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
+        """jobs_retry for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
+        Cluster), so no call holds Redis long; the refused ones skipped."""
+        by_queue: dict[str, list[str]] = {}
+        for job_id in dict.fromkeys(params.ids):
+            parsed = parse_job_id(job_id)
+            if parsed is not None:
+                by_queue.setdefault(parsed[0], []).append(parsed[1])
+        changed: set[str] = set()
+        for names in self.core.slices(list(by_queue)):
+            chunk: list[tuple[str, list[str]]] = []
+            size = 0
+            for queue in names:
+                numbers = by_queue[queue]
+                for i in range(0, len(numbers), CANCEL_CHUNK):
+                    part = numbers[i : i + CANCEL_CHUNK]
+                    if size + len(part) > CANCEL_CHUNK and chunk:
+                        changed |= self._retry_chunk(chunk)
+                        chunk, size = [], 0
+                    chunk.append((queue, part))
+                    size += len(part)
+            if chunk:
+                changed |= self._retry_chunk(chunk)
+        return [job_id for job_id in dict.fromkeys(params.ids) if job_id in changed]
+
+    def _retry_chunk(self, chunk: list[tuple[str, list[str]]]) -> set[str]:
+        keys = [key for queue, _ in chunk for key in self.keys.queue(queue)]
+        if not self.cluster:
+            keys += [self.keys.wake(queue) for queue, _ in chunk]
+        args = [
+            self.core.now(),
+            "" if self.cluster else "1",
+            str(len(chunk)),
+            *(",".join(ns) for _, ns in chunk),
+        ]
+        reply = self.core.run_once("jobs_retry_many", keys, args)
+        done = [(chunk[int(reply[i]) - 1][0], reply[i + 1]) for i in range(0, len(reply), 2)]
+        if self.cluster:
+            counts: dict[str, int] = {}
+            for queue, _ in done:
+                counts[queue] = counts.get(queue, 0) + 1
+            self.core.wake_after(counts)
+        return {make_id(queue, n) for queue, n in done}
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:
         """Delete finished jobs whose finished_at <= now - older_than, but the completed ones a

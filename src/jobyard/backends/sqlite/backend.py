@@ -61,6 +61,7 @@ from ..base import (
     JobsPage,
     JobsPurgeParams,
     JobsResumeParams,
+    JobsRetryManyParams,
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
@@ -460,26 +461,46 @@ class SQLiteBackend:
 
     def jobs_retry(self, job_id: str) -> JobRecord:
         """Failed or cancelled -> pending with attempts reset; the error is kept."""
+        with self._writing() as conn:
+            rec = self._retry(conn, job_id)
+        self._shared.notify((rec.queue,))
+        return rec
+
+    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
+        """jobs_retry for each job in one write transaction; the refused ones skipped."""
+        done: list[str] = []
+        queues: set[str] = set()
+        with self._writing() as conn:
+            for job_id in dict.fromkeys(params.ids):
+                try:
+                    queues.add(self._retry(conn, job_id).queue)
+                except (JobNotFound, InvalidTransition, DuplicateJob):
+                    continue
+                done.append(job_id)
+        if queues:
+            self._shared.notify(tuple(sorted(queues)))
+        return done
+
+    def _retry(self, conn: sqlite3.Connection, job_id: str) -> JobRecord:
+        """One re-drive inside the caller's write transaction; raises as jobs_retry does."""
         key = parse_numeric_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
         q = self._q
-        with self._writing() as conn:
-            row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            rec = _rows.record(row)
-            if rec.status not in REDRIVABLE:
-                raise InvalidTransition.cannot_retry(job_id, rec.status)
-            if rec.idempotency_key is not None:
-                holder = conn.execute(
-                    q["jobs_holder"], {"queue": rec.queue, "idempotency_key": rec.idempotency_key}
-                ).fetchone()
-                if holder is not None:
-                    raise DuplicateJob.key_held(job_id, str(holder[0]))
-            row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
-            self._count(conn, Counter({(rec.queue, rec.status): -1}))
-        self._shared.notify((rec.queue,))
+        row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        rec = _rows.record(row)
+        if rec.status not in REDRIVABLE:
+            raise InvalidTransition.cannot_retry(job_id, rec.status)
+        if rec.idempotency_key is not None:
+            holder = conn.execute(
+                q["jobs_holder"], {"queue": rec.queue, "idempotency_key": rec.idempotency_key}
+            ).fetchone()
+            if holder is not None:
+                raise DuplicateJob.key_held(job_id, str(holder[0]))
+        row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
+        self._count(conn, Counter({(rec.queue, rec.status): -1}))
         return _rows.record(row)
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:
@@ -622,7 +643,7 @@ class SQLiteBackend:
                     args["result"] = storable(outcome.result)
                     args["error"] = storable(outcome.error)
                     if outcome.kind == "failed":
-                        args["line"] = group_line(args["error"])
+                        args["line"] = group_line(storable(outcome.error))
                     cursor = conn.execute(sql, args)
                 if outcome.kind in FINISHED:
                     # completed, failed and cancelled return the job's queue (RETURNING), or

@@ -693,6 +693,55 @@ notified AS (
 )
 SELECT m.id FROM moved AS m WHERE (SELECT count(*) FROM notified) >= 0;
 
+-- name: jobs_retry_many
+-- jobs_retry for many jobs in one statement (the dead letter's bulk retry): each failed or
+-- cancelled job of %(ids)s goes back to pending, attempts reset, taking its idempotency key
+-- back; a job that is not failed or cancelled, or whose key another pending or running job
+-- holds (or one redriven before it in this batch: the lowest id takes it), is skipped. Rows
+-- are locked in id order and the counts adjusted in (queue, status) order, as every statement
+-- here does, so two of these never wait on each other in a cycle. Returns the ids redriven.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+target AS MATERIALIZED (
+    SELECT j.id, j.queue, j.status, j.idempotency_key
+    FROM jobs AS j
+    WHERE j.status IN ('failed', 'cancelled') AND j.id = ANY(%(ids)b::int8[])
+    ORDER BY j.id
+    FOR UPDATE
+),
+keyed AS (
+    INSERT INTO job_keys (queue, key, job_id)
+    SELECT DISTINCT ON (t.queue, t.idempotency_key) t.queue, t.idempotency_key, t.id
+    FROM target AS t
+    WHERE t.idempotency_key IS NOT NULL
+    ORDER BY t.queue, t.idempotency_key, t.id
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING job_id
+),
+redriven AS (
+    UPDATE jobs AS j
+    SET status = 'pending', attempts = 0, run_at = clock.now, finished_at = NULL, result = NULL,
+        cancel_requested_at = NULL, cancelled_by = NULL, progress = NULL, progress_note = NULL
+    FROM target AS t, clock
+    WHERE j.status IN ('failed', 'cancelled') AND j.id = t.id
+      AND (t.idempotency_key IS NULL OR t.id IN (SELECT k.job_id FROM keyed AS k))
+    RETURNING j.id, t.queue, t.status AS was
+),
+notified AS (
+    SELECT pg_notify('jobyard', current_schema() || ':' || q.queue) AS sent
+    FROM (SELECT DISTINCT r.queue FROM redriven AS r) AS q
+),
+counted AS (
+    INSERT INTO job_counts AS jc (queue, status, n)
+    SELECT r.queue, r.was, -count(*)
+    FROM redriven AS r
+    GROUP BY r.queue, r.was
+    ORDER BY r.queue, r.was
+    ON CONFLICT (queue, status) DO UPDATE SET n = jc.n + excluded.n
+)
+SELECT r.id FROM redriven AS r WHERE (SELECT count(*) FROM notified) >= 0;
+
 -- name: purge_fence
 -- Sent before jobs_purge in the same implicit transaction (one pipeline): index scans only,
 -- for that statement. With autovacuum off the finished partitions are never analyzed, and a

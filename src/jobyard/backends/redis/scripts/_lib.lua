@@ -1049,3 +1049,43 @@ local function cancel_job(k, n, now, failed_ttl, by, pending_only)
   to_finished(k, jk, n, 'cancelled', now, failed_ttl)
   return nil
 end
+
+-- Re-driving failed or cancelled job n (jobs_retry.lua, jobs_retry_many.lua): pending now,
+-- attempts reset, its idempotency key taken back; finished_at, result, the cancellation
+-- request, the progress and the dead-letter line cleared, the error kept for history, the
+-- hash's expiry removed. Returns nil when done, else why not: {"missing"} (also for a job of
+-- a batch still staged), {"status", current status}, {"corrupt", reason} (its priority is
+-- unusable), or {"dup", number} (another pending or running job of the queue holds its key).
+local function redrive(k, n, now)
+  local jk = job_key(k, n)
+  local cur = redis.call('HMGET', jk, 'status', 'priority', 'idempotency_key')
+  if not cur[1] or staged(k, n) then -- a job of a batch still staged is not there yet
+    return {'missing'}
+  end
+  if cur[1] ~= 'failed' and cur[1] ~= 'cancelled' then
+    return {'status', cur[1]}
+  end
+  local bad = check_number({priority = cur[2]}, 'priority', true, true, -MAX_PRIORITY - 1,
+    MAX_PRIORITY)
+  if bad then -- it cannot be queued again; anything else corrupt fails it at its next claim
+    return {'corrupt', bad}
+  end
+  local key = cur[3]
+  if key then
+    local holder = redis.call('HGET', k.idem, key)
+    if holder and holder ~= n then
+      local st = redis.call('HGET', job_key(k, holder), 'status')
+      if st == 'pending' or st == 'running' then
+        return {'dup', holder}
+      end
+    end
+    redis.call('HSET', k.idem, key, n)
+  end
+  from_finished(k, n, cur[1])
+  redis.call('PERSIST', jk)
+  redis.call('HDEL', jk, 'finished_at', 'result', 'token', 'lease_expires_at',
+    'cancel_requested_at', 'cancelled_by', 'progress', 'progress_note', 'dead_line')
+  redis.call('HSET', jk, 'status', 'pending', 'attempts', 0, 'run_at', now)
+  to_ready(k, n, cur[2], now)
+  return nil
+end
