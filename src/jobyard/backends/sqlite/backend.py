@@ -460,48 +460,50 @@ class SQLiteBackend:
         return [job_id for k, job_id in keys.items() if k in changed]
 
     def jobs_retry(self, job_id: str) -> JobRecord:
-        """Failed or cancelled -> pending with attempts reset; the error is kept."""
-        with self._writing() as conn:
-            rec = self._retry(conn, job_id)
-        self._shared.notify((rec.queue,))
-        return rec
-
-    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
-        """jobs_retry for each job in one write transaction; the refused ones skipped."""
-        done: list[str] = []
-        queues: set[str] = set()
-        with self._writing() as conn:
-            for job_id in dict.fromkeys(params.ids):
-                try:
-                    queues.add(self._retry(conn, job_id).queue)
-                except (JobNotFound, InvalidTransition, DuplicateJob):
-                    continue
-                done.append(job_id)
-        if queues:
-            self._shared.notify(tuple(sorted(queues)))
-        return done
-
-    def _retry(self, conn: sqlite3.Connection, job_id: str) -> JobRecord:
-        """One re-drive inside the caller's write transaction; raises as jobs_retry does."""
+        """Failed or cancelled -> pending with attempts reset; the error is kept. The move of
+        jobs_retry_many for one job, then, if it did not move, why not (same transaction)."""
         key = parse_numeric_id(job_id)
         if key is None:
             raise JobNotFound(job_id)
         q = self._q
-        row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
-        if row is None:
-            raise JobNotFound(job_id)
-        rec = _rows.record(row)
-        if rec.status not in REDRIVABLE:
-            raise InvalidTransition.cannot_retry(job_id, rec.status)
-        if rec.idempotency_key is not None:
-            holder = conn.execute(
-                q["jobs_holder"], {"queue": rec.queue, "idempotency_key": rec.idempotency_key}
-            ).fetchone()
-            if holder is not None:
-                raise DuplicateJob.key_held(job_id, str(holder[0]))
-        row = conn.execute(q["jobs_retry"], {"id": key, "now": self.clock.now()}).fetchone()
-        self._count(conn, Counter({(rec.queue, rec.status): -1}))
-        return _rows.record(row)
+        with self._writing() as conn:
+            moved = self._retry(conn, [key])
+            row = conn.execute(q["jobs_get"], {"id": key}).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            rec = _rows.record(row)
+            if not moved:
+                if rec.status not in REDRIVABLE:
+                    raise InvalidTransition.cannot_retry(job_id, rec.status)
+                holder = conn.execute(
+                    q["jobs_holder"], {"queue": rec.queue, "idempotency_key": rec.idempotency_key}
+                ).fetchone()
+                raise DuplicateJob.key_held(job_id, str(holder[0]) if holder else "?")
+        self._shared.notify((rec.queue,))
+        return rec
+
+    def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
+        """jobs_retry for many jobs in one statement and one write; refused ones skipped."""
+        keys = {k: job_id for job_id in params.ids if (k := parse_numeric_id(job_id)) is not None}
+        if not keys:
+            return []
+        with self._writing() as conn:
+            moved = self._retry(conn, list(keys))
+        if moved:
+            self._shared.notify(tuple(sorted(set(moved.values()))))
+        return [job_id for k, job_id in keys.items() if k in moved]
+
+    def _retry(self, conn: sqlite3.Connection, keys: list[int]) -> dict[int, str]:
+        """The re-drive of jobs_retry and jobs_retry_many, inside the caller's write
+        transaction, with its counts; {id: queue} of the jobs it moved."""
+        args = {"ids": json.dumps(keys), "now": self.clock.now()}
+        was = dict(conn.execute(self._q["jobs_retry_was"], args).fetchall())
+        moved = {int(r[0]): str(r[1]) for r in conn.execute(self._q["jobs_retry"], args)}
+        gone: Counter[tuple[str, str]] = Counter()
+        for k, queue in moved.items():
+            gone[(queue, was[k])] -= 1
+        self._count(conn, gone)
+        return moved
 
     def jobs_purge(self, params: JobsPurgeParams) -> Purged:
         """Delete finished jobs older than ``older_than`` seconds, but the held ones, with the

@@ -363,9 +363,12 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id, queue, status
 
 -- name: jobs_retry
--- Re-drive: the error stays for history. The caller has checked the idempotency key inside
--- the same write transaction; the unique index would refuse it anyway.
-UPDATE jobs
+-- Re-drive the failed or cancelled jobs of :ids (a JSON array; jobs_retry sends one): pending
+-- now, attempts reset, the error kept for history. OR IGNORE: a job whose idempotency key
+-- another pending or running job holds (one re-driven before it in this statement included)
+-- would break the unique index jobs_idempotency, and is skipped, left as it is. Returns the
+-- ids and queues re-driven.
+UPDATE OR IGNORE jobs
 SET status = 'pending',
     attempts = 0,
     run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
@@ -377,8 +380,13 @@ SET status = 'pending',
     cancelled_by = NULL,
     progress = NULL,
     progress_note = NULL
-WHERE id = :id AND status IN ('failed', 'cancelled')
-RETURNING {{_job_record}}
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('failed', 'cancelled')
+RETURNING id, queue
+
+-- name: jobs_retry_was
+-- The statuses the jobs of :ids had before jobs_retry (its counts), in the same transaction.
+SELECT id, status FROM jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('failed', 'cancelled')
 
 -- name: jobs_resume_targets
 -- The jobs of :ids (a JSON array of numbers) that jobs_resume moves: failed or cancelled,
