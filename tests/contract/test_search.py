@@ -191,12 +191,8 @@ def test_the_dead_letter_groups_by_queue_name_and_last_line(
 def test_every_way_into_the_dead_letter_groups_by_the_error_it_left(
     backend: Backend, clock: jobyard.FrozenClock
 ) -> None:
-    from jobyard.backends.base import (
-        LEASE_LOST_ERROR,
-        DeadGroupsParams,
-        LeasesReapParams,
-        error_line,
-    )
+    from jobyard.backends.base import LEASE_LOST_ERROR, DeadGroupsParams, error_line
+    from jobyard.worker.reaper import reap
 
     def groups() -> dict[tuple[str, str], int]:
         got = backend.dead_groups(DeadGroupsParams(queue="q"))
@@ -208,7 +204,7 @@ def test_every_way_into_the_dead_letter_groups_by_the_error_it_left(
     (lost,) = insert(backend, NewJob(name="lost", queue="q", payload="{}", max_attempts=1, lease=5))
     assert [c.id for c in backend.jobs_claim(JobsClaimParams("w", ["q"], 1))] == [lost]
     clock.advance(6)
-    assert [r.status for r in backend.leases_reap(LeasesReapParams())] == ["failed"]
+    assert [r.status for r in reap(backend)] == ["failed"]
     # then each is grouped by the line of the error it left
     lapsed = error_line(LEASE_LOST_ERROR)
     assert groups() == {("task", "ValueError: one"): 1, ("lost", lapsed): 1}
