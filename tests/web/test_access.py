@@ -112,6 +112,7 @@ def test_read_only_hides_every_action_and_refuses_them(board: jobyard.App, clien
         ("/actions/queue", {"queue": "flaky", "op": "pause"}),
         ("/actions/dead", {"op": "purge"}),
         ("/actions/enqueue", {"job": "tick", "args": '["x"]'}),
+        ("/actions/resume-workflow", {"workflow": "any"}),
     ):
         r = client.post(action, data={"csrf": csrf, **data})
         assert r.status_code == 403, action

@@ -58,6 +58,32 @@ def test_a_failed_job_shows_its_traceback_and_retry(board: jobyard.App, client_f
     assert "1 of 1" in page
 
 
+def test_a_failed_workflow_is_resumed_from_a_jobs_page_and_completes(
+    board: jobyard.App, client_for: Any, sink: Path
+) -> None:
+    # given a chain whose first step failed (its join was cancelled with it)
+    flow = jobyard.chain(board.registry["flaky"].s("wf"), board.registry["tick"].s()).enqueue()
+    jobyard.testing.drain(board)
+    assert board.workflow(flow.id).status == "failed"
+    client = client_for(board)
+    first, last = flow.ids[0], flow.ids[-1]
+    page = client.get(f"/jobs/{first}").text
+    assert 'action="/actions/resume-workflow"' in page
+    # when its cause is fixed and the workflow is resumed from the page
+    (sink / "fixed.wf").write_text("yes")
+    r = client.post(
+        "/actions/resume-workflow",
+        data={"csrf": csrf_of(client), "workflow": flow.id, "next": f"/jobs/{first}"},
+    )
+    assert r.status_code == 303
+    assert "job(s) resumed" in client.get(r.headers["location"]).text
+    jobyard.testing.drain(board)
+    # then every step completed, the last with the first's result, and no resume is offered
+    assert board.workflow(flow.id).status == "completed"
+    assert board.get(last).result == "fixed wf"
+    assert 'action="/actions/resume-workflow"' not in client.get(f"/jobs/{first}").text
+
+
 def test_dead_letter_groups_and_retries_a_group_after_saying_how_many(
     board: jobyard.App, client_for: Any, sink: Path
 ) -> None:

@@ -74,6 +74,23 @@ def cancel_workflow(site: Site, request: Request) -> Response:
     return site.done(request, form.get("next") or "/", message)
 
 
+def resume_workflow(site: Site, request: Request) -> Response:
+    """Run a failed or cancelled workflow's stopped jobs again, so that it completes."""
+    form = _form(request)
+    workflow_id = _field(form, "workflow")
+    before = site.app.workflow(workflow_id)
+    stopped = sum(1 for j in before.jobs if j.status.value in ("failed", "cancelled"))
+    flow = _data.resume_workflow(site.app, workflow_id)
+    log_action(request, "resume workflow", f"workflow {workflow_id}", stopped)
+    running = sum(1 for j in flow.jobs if j.status.value == "running" and j.cancel_requested_at)
+    message = f"Workflow {workflow_id}: {stopped} job(s) resumed, the workflow is {flow.status}" + (
+        f"; {running} running job(s) asked to stop: if one ends cancelled, resume again."
+        if running
+        else "."
+    )
+    return site.done(request, form.get("next") or "/", message)
+
+
 def queue(site: Site, request: Request) -> Response:
     """Pause, resume, or set a queue's max_concurrency (its other settings kept)."""
     form = _form(request)

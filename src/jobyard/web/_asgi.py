@@ -121,6 +121,7 @@ def build(
         post("/actions/retry", _actions.retry, "retry"),
         post("/actions/cancel", _actions.cancel, "cancel"),
         post("/actions/cancel-workflow", _actions.cancel_workflow, "cancel_workflow"),
+        post("/actions/resume-workflow", _actions.resume_workflow, "resume_workflow"),
         post("/actions/queue", _actions.queue, "queue"),
         post("/actions/dead", _actions.dead, "dead_action"),
         post("/actions/schedule", _actions.schedule, "schedule"),

@@ -521,6 +521,11 @@ def cancel_workflow(app: App, workflow_id: str, by: str) -> Workflow:
     return app.cancel_workflow(workflow_id, by=by)
 
 
+def resume_workflow(app: App, workflow_id: str) -> Workflow:
+    """Run a failed or cancelled workflow's failed and cancelled jobs again (one store move)."""
+    return app.resume_workflow(workflow_id)
+
+
 def pause_queue(app: App, name: str, paused: bool) -> None:
     """Pause or resume a queue, keeping its other settings."""
     app.pause_queue(name, paused)
