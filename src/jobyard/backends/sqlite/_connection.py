@@ -126,12 +126,20 @@ class Connections:
         self._all = alive
 
     def close(self) -> None:
-        """Close every connection; later calls raise. Safe to call twice."""
+        """Close every connection no other live thread holds; later calls raise. Safe to call
+        twice. Another thread may be inside a call on its connection at this moment (a
+        worker's maintenance finishing its tidy): closing it under that call frees what the
+        call is using and crashes the interpreter. That connection is left to its thread: the
+        thread's next call raises (the store is closed), and the connection closes once the
+        thread lets go of it."""
         with self._lock:
             self._closed = True
             if self._pid == os.getpid():
-                for _, conn in self._all:
-                    conn.close()
+                me = threading.current_thread()
+                for ref, conn in self._all:
+                    thread = ref()
+                    if thread is None or thread is me or not thread.is_alive():
+                        conn.close()
             else:
                 _ABANDONED.extend(conn for _, conn in self._all)
             self._all = []
