@@ -16,12 +16,14 @@ from jobyard.backends.base import (
     JobsClaimParams,
     JobsInsertParams,
     JobsListParams,
+    LeasesLapsedParams,
     LeasesRenewParams,
     Outcome,
     QueueConfig,
 )
 from jobyard.backends.postgres.backend import PostgresBackend
 from jobyard.clock import FrozenClock
+from jobyard.worker.reaper import reap
 from tests.postgres import _procs
 from tests.postgres._procs import run_processes
 from tests.postgres.conftest import insert, new
@@ -84,21 +86,28 @@ def test_racing_settlement_and_reaping_agree(
     start = threading.Barrier(2)
 
     def ack() -> None:
+        # From the newest claim back, while the reaper takes the oldest lapsed first: the two
+        # meet somewhere in the middle, on the same rows, wherever that is.
         start.wait()
+        backwards = jobs[::-1]
         for i in range(0, total, 10):
-            batch = [Outcome(j.id, j.token, "completed", result="1") for j in jobs[i : i + 10]]
+            batch = [Outcome(j.id, j.token, "completed", result="1") for j in backwards[i : i + 10]]
             refused.extend(acker.jobs_ack(JobsAckParams(batch)))
 
-    def reap() -> None:
+    def reaping() -> None:
         start.wait()
-        while moved := reap(reaper, 7):
-            reaped.extend(r.id for r in moved)
+        # A tick may move nothing while acks hold its jobs (SKIP LOCKED): go on while any
+        # lease is still lapsed, not while ticks move something.
+        while reaper.leases_lapsed(LeasesLapsedParams(1)):
+            reaped.extend(r.id for r in reap(reaper, 7))
 
-    threads = [threading.Thread(target=ack), threading.Thread(target=reap)]
+    threads = [threading.Thread(target=ack), threading.Thread(target=reaping)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert reaped, "the reaper moved nothing: no race was run"
     assert sorted(refused) == sorted(reaped)
     for j in jobs:
         rec = acker.jobs_get(j.id)

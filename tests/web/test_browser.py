@@ -144,8 +144,9 @@ def test_a_running_job_cancelled_ends_cancelled(page: Any, yard: Yard) -> None:
     expect(page.locator(".job-head .status").first).to_have_text("running")
     expect(page.locator("progress").first).to_be_visible()
     page.click(".job-head button:has-text('Cancel')")
-    assert page.dialogs and job_id in page.dialogs[0]
+    # the page after the action (its dialog is recorded as Playwright delivers it)
     expect(page.locator(".flash.ok")).to_contain_text("cancellation requested")
+    assert page.dialogs and job_id in page.dialogs[0]
     expect(page.locator(".job-head .status").first).to_have_text("cancelled")
     assert yard.app.get(job_id).status == "cancelled"
     assert (yard.app.get(job_id).cancelled_by or "").startswith(

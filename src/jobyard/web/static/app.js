@@ -3,7 +3,7 @@
 //
 // An element with data-live="URL" is refreshed from URL?fragment=live every few seconds (the
 // body's data-refresh, in ms), only while the tab is visible (document.visibilityState), and
-// never while the user is typing in it. A fragment holding [data-live-stop] ends the polling.
+// never while the user is typing in it or pressing a button. A fragment holding [data-live-stop] ends the polling.
 (function () {
   "use strict";
   var body = document.body;
@@ -12,6 +12,14 @@
   var state = document.getElementById("live-state");
   var timer = null;
   var busy = false;
+  // A press on the page (a button's mousedown not yet followed by its click): a region
+  // replaced under it would swallow the click, so no region is replaced until it ends.
+  var pressed = false;
+  document.addEventListener("pointerdown", function () { pressed = true; }, true);
+  document.addEventListener("pointerup", function () {
+    window.setTimeout(function () { pressed = false; }, 0);  // after the click it makes
+  }, true);
+  document.addEventListener("pointercancel", function () { pressed = false; }, true);
 
   function fragmentUrl(url) {
     return url + (url.indexOf("?") >= 0 ? "&" : "?") + "fragment=live";
@@ -38,7 +46,7 @@
         if (!r.ok) throw new Error("HTTP " + r.status);
         return r.text();
       }).then(function (html) {
-        if (focusedIn(el)) return;
+        if (focusedIn(el) || pressed) return;
         // The fragment is the server's own page markup, every job value escaped there.
         el.innerHTML = html;
         if (el.querySelector("[data-live-stop]")) el.removeAttribute("data-live");
