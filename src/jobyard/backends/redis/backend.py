@@ -486,21 +486,17 @@ class RedisBackend:
             raise InvalidTransition.cannot_cancel(job_id, reply[1])
         return _record(queue, n, _pairs(reply[1:]))
 
-    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
-        """jobs_cancel for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
-        Cluster), so no call holds Redis long; the refused ones skipped."""
+    def _in_chunks(
+        self, ids: Sequence[str], send: Callable[[list[tuple[str, list[str]]]], set[str]]
+    ) -> set[str]:
+        """The jobs ``ids`` grouped by queue and sent in chunks of at most :data:`CANCEL_CHUNK`
+        jobs, each chunk's queues in one slot (Cluster: one queue a script), so no call holds
+        Redis long; what ``send`` says each chunk changed, together."""
         by_queue: dict[str, list[str]] = {}
-        for job_id in params.ids:
+        for job_id in dict.fromkeys(ids):
             parsed = parse_job_id(job_id)
             if parsed is not None:
                 by_queue.setdefault(parsed[0], []).append(parsed[1])
-        head = [
-            self.core.now(),
-            "",
-            _ttl(self.settings.failed_ttl),
-            params.by or "",
-            "1" if params.pending_only else "",
-        ]
         changed: set[str] = set()
         for names in self.core.slices(list(by_queue)):
             chunk: list[tuple[str, list[str]]] = []
@@ -510,12 +506,25 @@ class RedisBackend:
                 for i in range(0, len(numbers), CANCEL_CHUNK):
                     part = numbers[i : i + CANCEL_CHUNK]
                     if size + len(part) > CANCEL_CHUNK and chunk:
-                        changed |= self._cancel_chunk(head, chunk)
+                        changed |= send(chunk)
                         chunk, size = [], 0
                     chunk.append((queue, part))
                     size += len(part)
             if chunk:
-                changed |= self._cancel_chunk(head, chunk)
+                changed |= send(chunk)
+        return changed
+
+    def jobs_cancel_many(self, params: JobsCancelManyParams) -> list[str]:
+        """jobs_cancel for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
+        Cluster), so no call holds Redis long; the refused ones skipped."""
+        head = [
+            self.core.now(),
+            "",
+            _ttl(self.settings.failed_ttl),
+            params.by or "",
+            "1" if params.pending_only else "",
+        ]
+        changed = self._in_chunks(params.ids, lambda chunk: self._cancel_chunk(head, chunk))
         return [job_id for job_id in params.ids if job_id in changed]
 
     def _cancel_chunk(self, head: list[str], chunk: list[tuple[str, list[str]]]) -> set[str]:
@@ -529,26 +538,7 @@ class RedisBackend:
         completed (``jobs_resume.lua``): one script per :data:`CANCEL_CHUNK` jobs, per queue on
         Cluster, where the inputs in other queues are then checked and those completed counted
         off (owed as ``w<n>`` until then, so the reaper checks them if this caller dies)."""
-        by_queue: dict[str, list[str]] = {}
-        for job_id in params.ids:
-            parsed = parse_job_id(job_id)
-            if parsed is not None:
-                by_queue.setdefault(parsed[0], []).append(parsed[1])
-        changed: set[str] = set()
-        for names in self.core.slices(list(by_queue)):
-            chunk: list[tuple[str, list[str]]] = []
-            size = 0
-            for queue in names:
-                numbers = by_queue[queue]
-                for i in range(0, len(numbers), CANCEL_CHUNK):
-                    part = numbers[i : i + CANCEL_CHUNK]
-                    if size + len(part) > CANCEL_CHUNK and chunk:
-                        changed |= self._resume_chunk(chunk)
-                        chunk, size = [], 0
-                    chunk.append((queue, part))
-                    size += len(part)
-            if chunk:
-                changed |= self._resume_chunk(chunk)
+        changed = self._in_chunks(params.ids, self._resume_chunk)
         return [job_id for job_id in params.ids if job_id in changed]
 
     def _resume_chunk(self, chunk: list[tuple[str, list[str]]]) -> set[str]:
@@ -589,26 +579,7 @@ class RedisBackend:
     def jobs_retry_many(self, params: JobsRetryManyParams) -> list[str]:
         """jobs_retry for many jobs: one script per :data:`CANCEL_CHUNK` jobs (per queue on
         Cluster), so no call holds Redis long; the refused ones skipped."""
-        by_queue: dict[str, list[str]] = {}
-        for job_id in dict.fromkeys(params.ids):
-            parsed = parse_job_id(job_id)
-            if parsed is not None:
-                by_queue.setdefault(parsed[0], []).append(parsed[1])
-        changed: set[str] = set()
-        for names in self.core.slices(list(by_queue)):
-            chunk: list[tuple[str, list[str]]] = []
-            size = 0
-            for queue in names:
-                numbers = by_queue[queue]
-                for i in range(0, len(numbers), CANCEL_CHUNK):
-                    part = numbers[i : i + CANCEL_CHUNK]
-                    if size + len(part) > CANCEL_CHUNK and chunk:
-                        changed |= self._retry_chunk(chunk)
-                        chunk, size = [], 0
-                    chunk.append((queue, part))
-                    size += len(part)
-            if chunk:
-                changed |= self._retry_chunk(chunk)
+        changed = self._in_chunks(params.ids, self._retry_chunk)
         return [job_id for job_id in dict.fromkeys(params.ids) if job_id in changed]
 
     def _retry_chunk(self, chunk: list[tuple[str, list[str]]]) -> set[str]:
