@@ -370,7 +370,14 @@ RETURNING id, queue, status
 -- ids and queues re-driven.
 UPDATE OR IGNORE jobs
 SET status = 'pending',
-    attempts = 0,
+    {{_redrive}}
+RETURNING id, queue
+
+-- name: _redrive
+-- (a fragment) What jobs_retry and jobs_resume set alike on the failed or cancelled jobs of
+-- :ids, and their WHERE: attempts reset, due now, the last run's traces cleared (the error
+-- kept for history).
+attempts = 0,
     run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
     finished_at = NULL,
     result = NULL,
@@ -381,7 +388,6 @@ SET status = 'pending',
     progress = NULL,
     progress_note = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('failed', 'cancelled')
-RETURNING id, queue
 
 -- name: jobs_retry_was
 -- The statuses the jobs of :ids had before jobs_retry (its counts), in the same transaction.
@@ -407,17 +413,7 @@ WHERE jobs.id IN (SELECT value FROM json_each(:ids))
 UPDATE jobs
 SET status = CASE WHEN {{_inputs_left}} > 0 THEN 'waiting' ELSE 'pending' END,
     waits = {{_inputs_left}},
-    attempts = 0,
-    run_at = coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
-    finished_at = NULL,
-    result = NULL,
-    token = NULL,
-    lease_expires_at = NULL,
-    cancel_requested_at = NULL,
-    cancelled_by = NULL,
-    progress = NULL,
-    progress_note = NULL
-WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('failed', 'cancelled')
+    {{_redrive}}
 
 -- name: _inputs_left
 -- The inputs of job jobs.id that have not completed (one that is gone counts), by job_links'
