@@ -400,21 +400,26 @@ class MemoryBackend:
             held = self._holder(row.rec.queue, row.rec.idempotency_key)
             if held is not None:
                 raise DuplicateJob.key_held(job_id, held)
-            row.rec = replace(
-                row.rec,
-                status="pending",
-                attempts=0,
-                run_at=self._now(),
-                finished_at=None,
-                result=None,
-                cancel_requested_at=None,
-                cancelled_by=None,
-                progress=None,
-                progress_note=None,
-            )
+            row.rec = self._redriven(row.rec, "pending")
             self._inserts += 1
             self._lock.notify_all()
             return row.rec
+
+    def _redriven(self, rec: JobRecord, status: str) -> JobRecord:
+        """A failed or cancelled job run again (jobs_retry, jobs_resume): ``status``, attempts
+        reset, due now, the last run's traces cleared (the error kept for history)."""
+        return replace(
+            rec,
+            status=status,
+            attempts=0,
+            run_at=self._now(),
+            finished_at=None,
+            result=None,
+            cancel_requested_at=None,
+            cancelled_by=None,
+            progress=None,
+            progress_note=None,
+        )
 
     def jobs_resume(self, params: JobsResumeParams) -> list[str]:
         """Each failed or cancelled job without a key: pending if its inputs all completed,
@@ -432,18 +437,7 @@ class MemoryBackend:
                     if got is None or got.rec.status != "completed":
                         waits += 1
                 row.waits = waits
-                row.rec = replace(
-                    row.rec,
-                    status="waiting" if waits else "pending",
-                    attempts=0,
-                    run_at=self._now(),
-                    finished_at=None,
-                    result=None,
-                    cancel_requested_at=None,
-                    cancelled_by=None,
-                    progress=None,
-                    progress_note=None,
-                )
+                row.rec = self._redriven(row.rec, "waiting" if waits else "pending")
                 changed.append(job_id)
             if changed:
                 self._inserts += 1
