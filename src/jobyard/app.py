@@ -560,8 +560,9 @@ class App:
         Flow control, held by the claim across every worker (see :mod:`jobyard.limits`):
         ``rate_limit`` ("600/m") caps the queue's starts, smoothed; ``key_concurrency`` and
         ``key_rate_limit`` cap the running jobs and the starts of each key
-        (``.options(key=...)``); ``fair=True`` takes the queue's jobs in turns between keys
-        (refused for a queue whose registered jobs declare no key). Bad values are refused
+        (``.options(key=...)``); ``fair=True`` takes the queue's jobs in turns between keys,
+        up to four of a key's per round (refused for a queue whose registered jobs declare no
+        key). Bad values are refused
         here, naming them."""
         check_name("queue", name)
         limits = queue_limits(rate_limit, key_concurrency, key_rate_limit, fair)

@@ -12,7 +12,8 @@ and the store's claim enforces them (its *gate*: see ``jobs_claim`` in
   smoothed (a GCRA bucket kept in the store: :class:`~jobyard.backends.base.Rate`);
 - **key_concurrency** caps the running jobs sharing one key (``.options(key=...)``), and
   **key_rate_limit** their starts;
-- **fair** takes a queue's jobs in turns between their keys.
+- **fair** takes a queue's jobs in turns between their keys, up to
+  :data:`~jobyard.backends.base.FAIR_TURN` jobs of a key per round.
 
 A queue "without keys", refused with ``fair=True``: a queue for which this App registers jobs,
 none of which can carry a key by declaration (``@app.job(key=...)``, ``key_concurrency`` or

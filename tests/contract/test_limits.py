@@ -13,6 +13,7 @@ import pytest
 
 import jobyard
 from jobyard.backends.base import (
+    FAIR_TURN,
     Backend,
     Claimed,
     JobLimits,
@@ -224,29 +225,36 @@ def test_key_rate_per_key(backend: Backend, clock: jobyard.FrozenClock) -> None:
 # --- fair turns ----------------------------------------------------------------------------------
 
 
-def test_fair_queue_takes_turns_between_keys(backend: Backend) -> None:
+def test_fair_queue_takes_turns_between_keys_a_round_at_a_time(backend: Backend) -> None:
+    # given A's 10 jobs enqueued, then B's 6, then C's 1
+    T = FAIR_TURN
     backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
-    insert(backend, *[new(key="A") for _ in range(6)])
-    insert(backend, *[new(key="B") for _ in range(3)])
+    insert(backend, *[new(key="A") for _ in range(10)])
+    insert(backend, *[new(key="B") for _ in range(6)])
     insert(backend, new(key="C"))
-    order = [k for _ in range(10) for k in keys_of(backend, claim(backend, 1))]
-    assert order == ["A", "B", "C", "A", "B", "A", "B", "A", "A", "A"]
+    # when they are claimed one at a time
+    order = [k for _ in range(17) for k in keys_of(backend, claim(backend, 1))]
+    # then each round takes up to FAIR_TURN jobs of each key, the keys in the order they came
+    rounds = [["A"] * T + ["B"] * T + ["C"], ["A"] * T + ["B"] * (6 - T), ["A"] * (10 - 2 * T)]
+    assert order == [k for r in rounds for k in r]
 
 
 def test_fair_turns_within_one_claim_and_keyless_jobs_share_one_turn(backend: Backend) -> None:
+    T = FAIR_TURN
     backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
-    insert(backend, *[new(key="A") for _ in range(4)], *[new() for _ in range(4)])
+    insert(backend, *[new(key="A") for _ in range(6)], *[new() for _ in range(6)])
     insert(backend, new(key="B"), new(key="B"))
-    assert keys_of(backend, claim(backend, 6)) == ["A", None, "B", "A", None, "B"]
+    got = keys_of(backend, claim(backend, 14))
+    assert got == ["A"] * T + [None] * T + ["B", "B"] + ["A"] * (6 - T) + [None] * (6 - T)
 
 
 def test_fair_turns_come_after_priority(backend: Backend) -> None:
     backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
-    insert(backend, *[new(key="A") for _ in range(3)])
-    (urgent,) = insert(backend, new(key="A", priority=5))
+    insert(backend, *[new(key="A") for _ in range(2 * FAIR_TURN)])
+    (urgent,) = insert(backend, new(key="A", priority=5))  # A's latest turn, the top priority
     insert(backend, new(key="B"))
-    got = claim(backend, 3)
-    assert got[0].id == urgent and keys_of(backend, got[1:]) == ["A", "B"]
+    got = claim(backend, FAIR_TURN + 2)
+    assert got[0].id == urgent and keys_of(backend, got[1:]) == ["A"] * FAIR_TURN + ["B"]
 
 
 def test_a_late_tenant_is_not_queued_behind_a_backlog(backend: Backend) -> None:
@@ -254,7 +262,8 @@ def test_a_late_tenant_is_not_queued_behind_a_backlog(backend: Backend) -> None:
     insert(backend, *[new(key="A") for _ in range(200)])
     assert len(claim(backend, 50)) == 50  # A's backlog is being served
     insert(backend, *[new(key="B") for _ in range(5)])
-    assert keys_of(backend, claim(backend, 10)).count("B") == 5
+    # B's jobs are taken within the next three rounds' worth of A's, not after A's 150
+    assert keys_of(backend, claim(backend, 3 * FAIR_TURN)).count("B") == 5
 
 
 def test_a_late_tenant_joins_the_round_being_served_not_ahead_of_it(backend: Backend) -> None:
@@ -262,20 +271,24 @@ def test_a_late_tenant_joins_the_round_being_served_not_ahead_of_it(backend: Bac
     insert(backend, *[new(key="A") for _ in range(200)])
     assert len(claim(backend, 50)) == 50
     insert(backend, *[new(key="C") for _ in range(40)])  # a big late batch: turns from now on
-    assert keys_of(backend, claim(backend, 10)).count("A") == 5
+    got = keys_of(backend, claim(backend, 4 * FAIR_TURN))
+    # the two keys share the claims: C neither goes first (all C) nor waits (all A)
+    assert abs(got.count("A") - got.count("C")) <= FAIR_TURN
 
 
 def test_a_key_whose_last_job_was_taken_rejoins_the_round_being_served(backend: Backend) -> None:
-    # given A's one job taken in round 1, while B still has jobs of rounds 1 to 3
+    # given A's jobs of round 0 all taken, while B still has jobs of rounds 0 and 1
+    T = FAIR_TURN
     backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
-    insert(backend, new(key="A"))
-    insert(backend, *[new(key="B") for _ in range(3)])
-    assert keys_of(backend, claim(backend, 1)) == ["A"]
+    insert(backend, *[new(key="A") for _ in range(T)])
+    insert(backend, *[new(key="B") for _ in range(2 * T)])
+    assert keys_of(backend, claim(backend, T)) == ["A"] * T
     # when A enqueues again
     insert(backend, new(key="A"))
-    # then its job has no pending turn of A's to follow: it takes the round being served
-    order = [k for _ in range(4) for k in keys_of(backend, claim(backend, 1))]
-    assert order == ["B", "A", "B", "B"]
+    # then its job has no pending turn of A's to follow: it takes the round being served (0),
+    # not the round after its last turn (1, behind all of B's)
+    order = [k for _ in range(2 * T + 1) for k in keys_of(backend, claim(backend, 1))]
+    assert order == ["B"] * T + ["A"] + ["B"] * T
 
 
 # --- the state a limit keeps is bounded ---------------------------------------------------------

@@ -19,6 +19,8 @@ from jobyard.backends.base import (
     JobsInsertParams,
     JobsPurgeParams,
     Outcome,
+    QueueConfig,
+    QueueLimits,
 )
 from jobyard.backends.postgres._sql import Q
 from jobyard.backends.postgres.backend import PostgresBackend
@@ -135,6 +137,28 @@ def test_the_claim_reads_the_claim_index(
     text = plan(connect, Q.jobs_claim, params)
     assert "Index Scan using jobs_pending_claim" in text
     assert "jobs_completed" not in text
+
+
+def test_a_fair_claim_reads_the_claim_index_in_order(
+    backend: PostgresBackend, sql: Sql, connect: Connect, clock: jobyard.FrozenClock
+) -> None:
+    # The claim orders a fair queue's jobs by their round, (turn - 1) / 4: the claim index holds
+    # that expression, so the jobs come in order from it, never sorted (a sort reads them all).
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    insert(backend, *[new(key=f"k{i % 7}") for i in range(200)])
+    sql("ANALYZE")
+    params = {
+        "now": clock.now(),
+        "queues": ["q"],
+        "limit": 5,
+        "worker_id": "w",
+        "async_commit": True,
+        "locked": False,
+    }
+    text = plan(connect, Q.jobs_claim, params)
+    (scan,) = [line for line in text.splitlines() if "on jobs_pending j " in line]
+    assert "Index Scan using jobs_pending_claim" in scan and "rows=5 " in scan, text
+    assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
 
 
 def test_an_outcome_with_unstorable_text_is_stored_escaped(backend: PostgresBackend) -> None:

@@ -11,6 +11,7 @@ import pytest
 from redis.crc import key_slot
 
 from jobyard.backends.base import (
+    FAIR_TURN,
     JobLimits,
     JobsAckParams,
     JobsClaimParams,
@@ -119,12 +120,12 @@ def test_a_fair_queue_serves_due_jobs_past_delayed_and_retried_ones(
     (b,) = insert(backend, new(key="B"))
     # when a worker claims one job, then it gets the due one
     assert [c.id for c in claim(backend, 1)] == [b]
-    # and once the others are due they take turns
+    # and once the others are due they take turns, a round of up to FAIR_TURN jobs each
     clock.advance(61.0)
     got = claim(backend, 40)
     assert len(got) == 33
     keys = [backend.jobs_get(c.id).key for c in got]  # type: ignore[union-attr]
-    assert keys[:6] == ["A", "R", "A", "R", "A", "R"]
+    assert keys[: FAIR_TURN + 4] == ["A"] * FAIR_TURN + ["R"] * 3 + ["A"]
 
 
 def test_a_queue_made_fair_with_jobs_in_it_claims_them_all(backend: RedisBackend) -> None:
@@ -132,7 +133,8 @@ def test_a_queue_made_fair_with_jobs_in_it_claims_them_all(backend: RedisBackend
     backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
     got = claim(backend, 10)
     assert len(got) == 7
-    assert [backend.jobs_get(c.id).key for c in got][:4] == ["A", "B", "A", "B"]  # type: ignore[union-attr]
+    keys = [backend.jobs_get(c.id).key for c in got]  # type: ignore[union-attr]
+    assert keys == ["A"] * FAIR_TURN + ["B", "B"] + ["A"] * (5 - FAIR_TURN)
 
 
 def test_a_fair_queue_behind_a_staged_batch_still_claims_full_batches(

@@ -109,6 +109,7 @@ def test_opening_migrates_once_and_records_each_version(
         (10, "0010_throughput"),
         (11, "0011_turns_index"),
         (12, "0012_dead_lines"),
+        (13, "0013_fair_rounds"),
     ]
     assert backend.schema_migrate() == []
     backend.schema_check()
@@ -223,6 +224,25 @@ def plan(raw: sqlite3.Connection, name: str) -> str:
     params: dict[str, object] = dict.fromkeys(re.findall(r":(\w+)", sql))
     params.update(queues='["q"]', names='["q"]', limit=10)
     return "\n".join(r[3] for r in raw.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def test_the_claim_takes_jobs_in_index_order_without_sorting_them(raw: sqlite3.Connection) -> None:
+    # The claim's per-queue subquery orders by the claim index's own terms (priority, the fair
+    # round (turn - 1) / 4, run_at, id): a sort there would read every pending job of the queue.
+    sql = _sql.queries()["jobs_claim"]
+    params: dict[str, object] = dict.fromkeys(re.findall(r":(\w+)", sql))
+    params.update(queues='["q"]', limit=10)
+    rows = raw.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+    children: dict[int, list[str]] = {}
+    for _node, parent, _, detail in rows:
+        children.setdefault(parent, []).append(detail)
+    (scan,) = [
+        node
+        for node, _, _, detail in rows
+        if detail.startswith("CORRELATED LIST SUBQUERY")
+        and any("INDEX jobs_pending" in d for d in children.get(node, []))
+    ]
+    assert not any("TEMP B-TREE" in d for d in children[scan]), children[scan]
 
 
 def test_the_hot_queries_use_their_indexes(raw: sqlite3.Connection) -> None:

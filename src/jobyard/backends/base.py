@@ -139,6 +139,17 @@ RATE_MIN_PER, RATE_MAX_PER = 1.0, 7 * 86400.0  # seconds of a rate's period
 MAX_KEY_CONCURRENCY = 2**31 - 1
 # A burst of a tenth of a second's starts: "100/s" lets 10 start at once, then one every 10 ms.
 RATE_BURST_WINDOW = 0.1
+# Jobs a key takes per round in a fair queue (QueueLimits.fair): the round of a job whose turn is
+# t (turns count from 1 per key) is (t - 1) // FAIR_TURN. Every store writes this number into
+# its claim order (SQL: the claim index's expression; Lua: the turns zset's score); the contract
+# suite checks each against it.
+FAIR_TURN = 4
+
+
+def fair_round(turn: int) -> int:
+    """The round of a job whose turn in a fair queue is ``turn`` (0 outside fair queues: round
+    0, the plain order)."""
+    return max(turn - 1, 0) // FAIR_TURN
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +227,9 @@ class QueueLimits:
       themselves, so a lapsed lease holds its key slot until ``leases_reap`` rescues the job.
     - ``key_rate``: starts of the scope's jobs with the same key (one bucket per key).
     - ``fair`` (queues only): the queue's due jobs are taken in turns between keys (round
-      robin; jobs without a key take their turns as one more key).
+      robin; jobs without a key take their turns as one more key), up to :data:`FAIR_TURN` of
+      a key's jobs per round: a key's jobs enqueued together sit side by side in a store, and a
+      claim that takes a few of them at once writes a few places, not one per key.
     """
 
     rate: Rate | None = None

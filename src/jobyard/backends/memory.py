@@ -73,6 +73,7 @@ from .base import (
     ThroughputParams,
     WorkerInfo,
     WorkersBeatParams,
+    fair_round,
     group_dead,
     refuse_connection,
 )
@@ -88,7 +89,7 @@ class _Row:
     lease_expires_at: float | None = None
     waits: int = 0  # inputs of a waiting job not completed yet
     holds: int = 0  # dependents not completed (nor deleted) yet: while > 0 a completed job stays
-    turn: int = 0  # a fair queue's round this job belongs to (see _turn)
+    turn: int = 0  # a fair queue's turn of this job's key, from 1 (see _turn); 0: not fair
 
 
 # A rate bucket: (queue, job name or None for the queue's own limits, key or None).
@@ -246,7 +247,7 @@ class MemoryBackend:
         last, but never before the queue's current round, so a key that was idle joins the
         round being served rather than jumping ahead of it or queueing behind its past."""
         last = self._last_turn.setdefault(queue, {})
-        turn = max(last.get(key, -1) + 1, self._round.get(queue, 0))
+        turn = max(last.get(key, 0) + 1, self._round.get(queue, 1))
         last[key] = turn
         return turn
 
@@ -567,7 +568,7 @@ class MemoryBackend:
             for r in self._rows.values()
             if r.rec.status == "pending" and r.rec.queue in open_queues and r.rec.run_at <= now
         ]
-        due.sort(key=lambda r: (-r.rec.priority, r.turn, r.rec.run_at, int(r.rec.id)))
+        due.sort(key=lambda r: (-r.rec.priority, fair_round(r.turn), r.rec.run_at, int(r.rec.id)))
         tats: dict[_Bucket, float] = {}
         chosen: list[_Row] = []
         opens: float | None = None
@@ -613,7 +614,7 @@ class MemoryBackend:
             for bucket in [b for b, tat in self._tats.items() if tat <= now]:
                 del self._tats[bucket]
             for queue, last in self._last_turn.items():
-                current = self._round.get(queue, 0)
+                current = self._round.get(queue, 1)
                 for key in [k for k, turn in last.items() if turn < current]:
                     del last[key]
             self._tats.update(tats)

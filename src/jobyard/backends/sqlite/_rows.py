@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._stored import limits_from
-from ..base import ClaimedJob, JobRecord, NewJob, QueueConfig, Schedule, WorkerInfo
+from ..base import (
+    ClaimedJob,
+    JobRecord,
+    NewJob,
+    QueueConfig,
+    Schedule,
+    WorkerInfo,
+    fair_round,
+)
 
 
 def text(value: Any) -> str:
@@ -75,9 +83,9 @@ def ids(value: Any) -> tuple[str, ...]:
 
 
 def claim_order(r: Sequence[Any]) -> tuple[int, int, float, int]:
-    """Sort key of a ``jobs_claim`` row: priority DESC, turn, run_at, id (RETURNING keeps no
+    """Sort key of a ``jobs_claim`` row: priority DESC, round, run_at, id (RETURNING keeps no
     order)."""
-    return (-r[12], r[14], r[13], r[0])
+    return (-r[12], fair_round(r[14]), r[13], r[0])
 
 
 def claimed(r: Sequence[Any]) -> ClaimedJob:

@@ -76,11 +76,12 @@ VALUES (
     coalesce(:now, (julianday('now') - 2440587.5) * 86400.0),
     :idempotency_key, :parent_id, :workflow_id, :fanin, :fanout, :fanin, :fanout, :key,
     -- A fair queue's turn (start-time fair queueing): one after the key's latest pending job,
-    -- never before the queue's current round r; keyless jobs take theirs as one more key.
+    -- never before the queue's current turn r (turn_round: the highest turn claimed); keyless
+    -- jobs take theirs as one more key. The claim goes by rounds of 4 turns (0013).
     -- Only a pending turn >= r can matter (max(p + 1, r) = r for any p < r), so the key's
     -- entries in jobs_turns (every status, turn <> 0: 0011_turns_index.sql) are walked down
     -- from its highest turn to r at most: its backlog's latest job, as a rule the first one
-    -- read, or the few claimed in round r.
+    -- read, or the few claimed at turn r.
     CASE WHEN (SELECT q.fair FROM queues AS q WHERE q.name = :queue) = 1 THEN coalesce(
         CASE WHEN :key IS NULL
             THEN (SELECT t.turn + 1 FROM jobs AS t INDEXED BY jobs_turns
@@ -625,8 +626,8 @@ AND (NOT g.named OR NOT EXISTS (
 max(0, CAST((clock.now - max(b.tat, clock.now)) / b.interval + b.burst + 1e-9 AS INTEGER))
 
 -- name: jobs_claim
--- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC, turn,
--- run_at, id order, through the gate: never more per queue than its room (_gate_queues), and
+-- Claim up to :limit due jobs of the queues in :queues (a JSON array), in priority DESC, fair
+-- round, run_at, id order, through the gate: never more per queue than its room (_gate_queues), and
 -- only jobs no limit holds back (_gate); then, among them, never more per key, per name and
 -- per name and key than their slots and buckets admit (the windows below, applied one after
 -- the other: each keeps a prefix of the claim order, so what survives all respects each).
@@ -648,7 +649,10 @@ WITH
         {{_gate_queues}}
     ),
     top AS (
-        SELECT c.id, c.queue, c.name, c.limit_key, c.priority, c.turn, c.run_at, g.room,
+        -- A fair queue's round (base.fair_round: rounds of FAIR_TURN = 4 turns per key);
+        -- 0 in any other queue.
+        SELECT c.id, c.queue, c.name, c.limit_key, c.priority, (c.turn - 1) / 4 AS fair_round,
+               c.run_at, g.room,
                -- The starts the job's key may take in the queue's limits, and its name's.
                CASE WHEN c.limit_key IS NULL THEN :limit ELSE min(
                    CASE WHEN g.key_concurrency IS NULL THEN :limit ELSE g.key_concurrency - (
@@ -686,34 +690,34 @@ WITH
               AND p.run_at <= clock.now
               AND g.room > 0
               AND {{_gate}}
-            ORDER BY p.priority DESC, p.turn, p.run_at, p.id
+            ORDER BY p.priority DESC, (p.turn - 1) / 4, p.run_at, p.id
             LIMIT :limit
         )
         LEFT JOIN job_limits AS jl ON jl.queue = c.queue AND jl.name = c.name
     ),
     by_key AS (
         SELECT *, row_number() OVER (
-            PARTITION BY queue, limit_key ORDER BY priority DESC, turn, run_at, id) AS n
+            PARTITION BY queue, limit_key ORDER BY priority DESC, fair_round, run_at, id) AS n
         FROM top
     ),
     by_name_key AS (
         SELECT *, row_number() OVER (
-            PARTITION BY queue, name, limit_key ORDER BY priority DESC, turn, run_at, id) AS n2
+            PARTITION BY queue, name, limit_key ORDER BY priority DESC, fair_round, run_at, id) AS n2
         FROM by_key WHERE n <= key_room
     ),
     by_name AS (
         SELECT *, row_number() OVER (
-            PARTITION BY queue, name ORDER BY priority DESC, turn, run_at, id) AS n3
+            PARTITION BY queue, name ORDER BY priority DESC, fair_round, run_at, id) AS n3
         FROM by_name_key WHERE n2 <= name_key_room
     ),
     by_queue AS (
         SELECT *, row_number() OVER (
-            PARTITION BY queue ORDER BY priority DESC, turn, run_at, id) AS n4
+            PARTITION BY queue ORDER BY priority DESC, fair_round, run_at, id) AS n4
         FROM by_name WHERE n3 <= name_room
     ),
     picked (id) AS (
         SELECT id FROM by_queue WHERE n4 <= room
-        ORDER BY priority DESC, turn, run_at, id LIMIT :limit
+        ORDER BY priority DESC, fair_round, run_at, id LIMIT :limit
     )
 UPDATE jobs
 SET status = 'running',

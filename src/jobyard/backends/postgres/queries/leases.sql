@@ -96,7 +96,7 @@ AND (NOT g.named OR NOT EXISTS (
 
 -- name: jobs_claim
 -- Claim up to limit due jobs in one statement, through the gate. Per queue, a LATERAL index
--- scan of the claim index in claim order (priority, then a fair queue's turn, run_at, id)
+-- scan of the claim index in claim order (priority, then a fair queue's round, run_at, id)
 -- takes at most that queue's room (_gate_queues) of the jobs no limit holds back (_gate),
 -- skipping rows another claimer has locked; then, among them, never more per key, per name and
 -- per name and key than their slots and buckets admit (the windows below, applied one after the
@@ -122,10 +122,11 @@ gate AS (
 top AS (
     SELECT p.*
     FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.name, j.limit_key, j.priority, j.turn, j.run_at
+        SELECT j.id, j.queue, j.name, j.limit_key, j.priority, (j.turn - 1) / 4 AS fair_round,
+               j.run_at
         FROM jobs_pending AS j
         WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0 AND {{_gate}}
-        ORDER BY j.priority DESC, j.turn, j.run_at, j.id
+        ORDER BY j.priority DESC, (j.turn - 1) / 4, j.run_at, j.id
         LIMIT g.room
         FOR UPDATE OF j SKIP LOCKED
     ) AS p
@@ -155,7 +156,7 @@ sized AS (
 ),
 by_key AS (
     SELECT *, row_number() OVER (
-        PARTITION BY queue, limit_key ORDER BY priority DESC, turn, run_at, id) AS n1
+        PARTITION BY queue, limit_key ORDER BY priority DESC, fair_round, run_at, id) AS n1
     FROM sized
 ),
 -- A key's first job in claim order passed the gate, which found a free slot and an open bucket
@@ -164,7 +165,7 @@ by_key AS (
 -- each, and reads nothing more than the gate did.
 by_name_key AS (
     SELECT k.*, row_number() OVER (
-        PARTITION BY k.queue, k.name, k.limit_key ORDER BY k.priority DESC, k.turn, k.run_at, k.id
+        PARTITION BY k.queue, k.name, k.limit_key ORDER BY k.priority DESC, k.fair_round, k.run_at, k.id
     ) AS n2
     FROM by_key AS k CROSS JOIN clock
     WHERE k.n1 = 1 OR k.n1 <= CASE WHEN k.limit_key IS NULL THEN %(limit)s::int8 ELSE least(
@@ -180,17 +181,17 @@ by_name_key AS (
 ),
 by_name AS (
     SELECT *, row_number() OVER (
-        PARTITION BY queue, name ORDER BY priority DESC, turn, run_at, id) AS n3
+        PARTITION BY queue, name ORDER BY priority DESC, fair_round, run_at, id) AS n3
     FROM by_name_key WHERE n2 <= name_key_room
 ),
 by_queue AS (
     SELECT *, row_number() OVER (
-        PARTITION BY queue ORDER BY priority DESC, turn, run_at, id) AS n4
+        PARTITION BY queue ORDER BY priority DESC, fair_round, run_at, id) AS n4
     FROM by_name WHERE n3 <= name_room
 ),
 picked AS (
     SELECT id FROM by_queue WHERE n4 <= room
-    ORDER BY priority DESC, turn, run_at, id
+    ORDER BY priority DESC, fair_round, run_at, id
     LIMIT %(limit)s::int8
 ),
 claimed AS (
@@ -275,15 +276,17 @@ durability AS (
                THEN 'off' ELSE current_setting('synchronous_commit')
            END, true) AS mode
 )
-SELECT id, name, queue, payload, attempts, max_attempts, backoff, timeout, lease, token,
-       delivery, parent_id, priority, turn, run_at, NULL::float8 AS next_open, false AS relock
-FROM claimed
-WHERE (SELECT count(*) FROM durability) >= 0
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT next_open FROM opens), NOT (SELECT ok FROM go)
-WHERE (SELECT count(*) FROM taken) + (SELECT count(*) FROM rounds) >= 0
-ORDER BY priority DESC NULLS LAST, turn, run_at, id;
+SELECT * FROM (
+    SELECT id, name, queue, payload, attempts, max_attempts, backoff, timeout, lease, token,
+           delivery, parent_id, priority, turn, run_at, NULL::float8 AS next_open, false AS relock
+    FROM claimed
+    WHERE (SELECT count(*) FROM durability) >= 0
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, (SELECT next_open FROM opens), NOT (SELECT ok FROM go)
+    WHERE (SELECT count(*) FROM taken) + (SELECT count(*) FROM rounds) >= 0
+) AS out
+ORDER BY priority DESC NULLS LAST, (turn - 1) / 4, run_at, id;
 
 -- name: jobs_ack
 -- Settle a batch: each outcome applies only while the job is running under that token, and a

@@ -137,16 +137,21 @@ local function batch_send(b)
 end
 
 -- Fair turns (a queue configured fair): each due pending job of the queue has a turn, kept in
--- its hash ("turn") and in the zset "<base>turns:<p>" of its priority level (score = turn,
--- member = the zero-padded number, so equal turns fall back to enqueue order); the claim of a
--- fair queue reads a level in turn order (fair_due in jobs_claim.lua). A job's turn is one more
--- than the latest turn given to its key (the hash "<base>turn": key -> that turn; jobs without
--- a key share the key ""), never less than the queue's lowest pending turn: start-time fair
--- queueing, so a key that arrives behind another's backlog is served from the next turn on.
--- The entry of a key whose latest job is claimed is deleted: idle keys leave nothing behind.
+-- its hash ("turn"), and a round, its score in the zset "<base>turns:<p>" of its priority level
+-- (member = the zero-padded number, so a round's jobs fall back to enqueue order); the claim of
+-- a fair queue reads a level in round order (fair_due in jobs_claim.lua). A job's turn is one
+-- more than the latest turn given to its key (the hash "<base>turn": key -> that turn; jobs
+-- without a key share the key ""), never less than the first turn of the queue's lowest
+-- pending round: start-time fair queueing, so a key that arrives behind another's backlog is
+-- served from the round being served on. A key's FAIR_TURN consecutive turns make one round
+-- (base.FAIR_TURN: round = (turn - 1) // FAIR_TURN, turns from 1), so a claim takes a few jobs
+-- of each key at a time, as the SQL stores do. The entry of a key whose latest job is claimed
+-- is deleted: idle keys leave nothing behind.
 -- A job that is not due when it becomes pending (delayed, retried, released by its inputs,
 -- written by a staged batch) waits in "<base>unturned:<p>" (score = run_at) and takes its turn
 -- when a claim finds it due, so jobs not due never stand in the turns ahead of due ones.
+local FAIR_TURN = 4
+
 local function turns_key(k, prio)
   return k.base .. 'turns:' .. prio
 end
@@ -155,6 +160,7 @@ local function unturned_key(k, prio)
   return k.base .. 'unturned:' .. prio
 end
 
+-- The first turn of the queue's lowest pending round (1 when none is pending).
 local function lowest_turn(k)
   local low
   for _, p in ipairs(redis.call('ZRANGE', k.prios, 0, -1)) do
@@ -165,11 +171,11 @@ local function lowest_turn(k)
       end
     end
   end
-  return low or 0
+  return (low or 0) * FAIR_TURN + 1
 end
 
--- A turn for job n (priority prio, limit key `key` or nil) of a fair queue; `low`: the queue's
--- lowest pending turn (lowest_turn), read once per batch.
+-- A turn for job n (priority prio, limit key `key` or nil) of a fair queue; `low`: the first
+-- turn of the queue's lowest pending round (lowest_turn), read once per batch.
 local function take_turn(k, jk, n, prio, key, low)
   local field = key or ''
   local last = tonumber(redis.call('HGET', k.base .. 'turn', field))
@@ -179,7 +185,7 @@ local function take_turn(k, jk, n, prio, key, low)
   end
   redis.call('HSET', k.base .. 'turn', field, t)
   redis.call('HSET', jk, 'turn', t)
-  redis.call('ZADD', turns_key(k, prio), t, pad(n))
+  redis.call('ZADD', turns_key(k, prio), math.floor((t - 1) / FAIR_TURN), pad(n))
   return t
 end
 
