@@ -361,6 +361,76 @@ def test_limits_stats_show_each_limit_and_the_top_keys(
     assert later.rate_used == 0.0
 
 
+def test_a_job_names_full_rate_holds_back_its_due_jobs_and_not_another_names(
+    backend: Backend,
+) -> None:
+    # given a job name allowed one start a minute, with three due jobs and one not due yet,
+    # and another name in the same queue whose rate has room
+    backend.limits_sync(
+        LimitsSyncParams(
+            [
+                JobLimits("q", "sms", QueueLimits(rate=Rate(1, 60.0))),
+                JobLimits("q", "mail", QueueLimits(rate=Rate(100))),
+            ]
+        )
+    )
+    insert(backend, *[new(name="sms") for _ in range(3)], new(name="sms", delay=60.0))
+    # when its one start is taken and the other name's jobs arrive
+    assert len(claim(backend, 10)) == 1
+    insert(backend, new(name="mail"), new(name="mail"))
+    rows = {r.job: r for r in backend.limits_stats(LimitsStatsParams(("q",)))}
+    # then the full rate's scope has its two due jobs left, the delayed one not counted
+    sms, mail = rows["sms"], rows["mail"]
+    assert sms.rate_used == pytest.approx(1.0) and sms.running == 1
+    assert (sms.due, sms.exact) == (2, True)
+    # and the other name's due jobs are its own, under a rate with room
+    assert (mail.due, mail.running, mail.rate_used) == (2, 0, 0.0)
+
+
+def test_a_job_names_key_concurrency_holds_back_the_due_jobs_of_its_keys_at_their_cap(
+    backend: Backend,
+) -> None:
+    # given a job name with key_concurrency=1 and jobs of two keys, one of them with three
+    backend.limits_sync(LimitsSyncParams([JobLimits("q", "sms", QueueLimits(key_concurrency=1))]))
+    insert(backend, *[new(name="sms", key="a") for _ in range(3)], new(name="sms", key="b"))
+    insert(backend, new(name="sms", key="a", delay=60.0))
+    # when each key has its one job running, and another name's job of key "a" is pending
+    assert sorted(keys_of(backend, claim(backend, 10))) == ["a", "b"]
+    insert(backend, new(name="mail", key="a", delay=60.0), new(name="mail", key="c"))
+    rows = {r.job: r for r in backend.limits_stats(LimitsStatsParams(("q",)))}
+    # then the name's scope holds back the due jobs of its key at the cap, "a": two (not the
+    # delayed one, nor the other name's)
+    sms = rows["sms"]
+    assert (sms.keys_running, sms.keys_full, sms.due, sms.due_keys_full) == (2, 2, 2, 2)
+    # and the queue's own row (no limit: it lists its top keys) counts every name's
+    queue = rows[None]
+    assert (queue.due, queue.due_keys_full, queue.keys_full) == (3, 0, 0)
+    assert [(k.key, k.pending, k.running) for k in queue.top_keys] == [
+        ("a", 4, 1),
+        ("c", 1, 0),
+    ]
+
+
+def test_limits_stats_read_at_most_the_walk_of_each_queues_pending_jobs(
+    backend: Backend,
+) -> None:
+    # given a job name with a rate and five due jobs of one key
+    backend.limits_sync(LimitsSyncParams([JobLimits("q", "sms", QueueLimits(rate=Rate(1, 60.0)))]))
+    insert(backend, *[new(name="sms", key="k") for _ in range(5)])
+
+    def sms(walk: int) -> tuple[int, int, bool]:
+        rows = {r.job: r for r in backend.limits_stats(LimitsStatsParams(("q",), walk=walk))}
+        (top,) = rows[None].top_keys
+        return rows["sms"].due, top.pending, rows["sms"].exact
+
+    # when the store may read fewer than the queue holds: the counts are of those it read,
+    # and not exact (reading as many as the walk allows, it cannot tell there are no more)
+    assert sms(3) == (3, 3, False)
+    assert sms(5) == (5, 5, False)
+    # and when the walk is longer than the backlog, all of them, exact
+    assert sms(6) == (5, 5, True)
+
+
 # --- through the App and a worker -----------------------------------------------------------------
 
 

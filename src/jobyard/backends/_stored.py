@@ -1,4 +1,5 @@
-"""How the SQL stores hold values: one rule each for SQLite and PostgreSQL.
+"""How the SQL stores hold values: one rule each for SQLite and PostgreSQL; and the rows of
+``limits_stats`` every store builds from what it read (:func:`limit_stats`).
 
 A job id of theirs is the decimal form of a 64-bit row key; a text column holds any Python string
 once it is made :func:`storable`.
@@ -7,7 +8,7 @@ once it is made :func:`storable`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .base import (
@@ -104,22 +105,31 @@ def limit_stats(
     queues: Sequence[QueueConfig],
     named: Sequence[JobLimits],
     counts: Iterable[Sequence[Any]],
-    buckets: dict[tuple[str, str | None], Sequence[Any]],
+    buckets: Mapping[tuple[str, str | None], Sequence[Any]],
 ) -> list[LimitStats]:
-    """``limits_stats`` of a SQL store from what it read: the queues' configs, the job limits,
-    ``counts`` rows (queue, name, key or None, pending, running: keyed jobs, and running ones
-    with or without a key) and the buckets without a key, (queue, job or None) -> (tat,
-    interval, burst)."""
+    """``limits_stats`` from what a store read (every store builds its rows here): the queues'
+    configs, the job limits, ``counts`` rows (queue, name, key or None, pending, due,
+    running) and the buckets without a key, (queue, job or None) -> (tat, ...).
+
+    A ``counts`` row counts, of one (queue, name, key), the pending jobs among those the store
+    read of the queue (at most ``params.walk``, so a queue's rows sum to the jobs read: fewer
+    than the walk means all of them), how many of those are due, and every running job."""
     wanted = set(params.queues)
-    per_key: dict[tuple[str, str | None], dict[str, list[int]]] = {}  # scope -> key -> [p, r]
+    # scope -> key -> [pending, due, running]
+    per_key: dict[tuple[str, str | None], dict[str, list[int]]] = {}
     running: dict[tuple[str, str | None], int] = {}
-    for queue, name, key, pending, run in counts:
+    due: dict[tuple[str, str | None], int] = {}
+    read: dict[str, int] = {}  # queue -> pending jobs read
+    for queue, name, key, pending, ready, run in counts:
+        read[queue] = read.get(queue, 0) + int(pending)
         for at in ((queue, None), (queue, name)):
             running[at] = running.get(at, 0) + int(run)
+            due[at] = due.get(at, 0) + int(ready)
             if key is not None:
-                cell = per_key.setdefault(at, {}).setdefault(key, [0, 0])
+                cell = per_key.setdefault(at, {}).setdefault(key, [0, 0, 0])
                 cell[0] += int(pending)
-                cell[1] += int(run)
+                cell[1] += int(ready)
+                cell[2] += int(run)
 
     def scope(queue: str, job: str | None, limits: QueueLimits, cap: int | None) -> LimitStats:
         keys = per_key.get((queue, job), {})
@@ -128,6 +138,7 @@ def limit_stats(
         if limits.rate is not None:
             used = rate_used(limits.rate, None if bucket is None else float(bucket[0]), now)
         full = limits.key_concurrency
+        at_cap = [] if full is None else [c for c in keys.values() if c[2] >= full]
         ranked = sorted(keys.items(), key=lambda kc: (-kc[1][0], kc[0]))[: params.top_keys]
         return LimitStats(
             queue=queue,
@@ -136,14 +147,17 @@ def limit_stats(
             max_concurrency=cap,
             running=running.get((queue, job), 0),
             rate_used=used,
-            keys_running=sum(1 for c in keys.values() if c[1]),
-            keys_full=0 if full is None else sum(1 for c in keys.values() if c[1] >= full),
-            top_keys=() if job else tuple(KeyStats(k, p, r) for k, (p, r) in ranked if p),
+            keys_running=sum(1 for c in keys.values() if c[2]),
+            keys_full=len(at_cap),
+            top_keys=() if job else tuple(KeyStats(k, p, r) for k, (p, _, r) in ranked if p),
+            due=due.get((queue, job), 0),
+            due_keys_full=sum(c[1] for c in at_cap),
+            exact=read.get(queue, 0) < params.walk,
         )
 
     configs = {q.name: q for q in queues}
     keyed = {
-        q for (q, job), keys in per_key.items() if job is None and any(p for p, _ in keys.values())
+        q for (q, job), keys in per_key.items() if job is None and any(c[0] for c in keys.values())
     }
     rows: list[LimitStats] = []
     for name in sorted(set(configs) | keyed):

@@ -1094,13 +1094,20 @@ class LimitsSyncParams:
     jobs: Sequence[JobLimits]
 
 
+# Pending jobs of each queue ``limits_stats`` reads at most to count them by job name and key
+# (a status read must stay cheap under any backlog: 10,000 rows are 10-20 ms on every store).
+LIMITS_WALK = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class LimitsStatsParams:
-    """Which queues' limits to read (empty: all), and how many of the keys holding the most
-    pending jobs to list per queue."""
+    """Which queues' limits to read (empty: all), how many of the keys holding the most
+    pending jobs to list per queue, and how many pending jobs of each queue the store reads
+    at most to count them by job name and key (see :attr:`LimitStats.exact`)."""
 
     queues: Sequence[str] = field(default_factory=tuple)
     top_keys: int = 5
+    walk: int = LIMITS_WALK
 
 
 @dataclass(frozen=True, slots=True)
@@ -1122,7 +1129,15 @@ class LimitStats:
     ``keys_running``: how many keys have running jobs in the scope; ``keys_full``: how many of
     them are at ``key_concurrency`` (0 without it). ``top_keys`` (queue rows only, and only for
     a queue whose jobs carry keys): up to ``top_keys`` keys with the most pending jobs, most
-    first, then by key."""
+    first, then by key.
+
+    What the scope's limits may hold back now: ``due``, its due pending jobs (``run_at <=
+    now``; a job name's: that name's in the queue), and ``due_keys_full``, those of them whose
+    key is at ``key_concurrency`` (0 without it). The running figures count every running job;
+    the pending ones (``due``, ``due_keys_full``, ``top_keys``) count the queue's pending jobs
+    the store read, at most :attr:`LimitsStatsParams.walk` of them (the next ones to be
+    claimed, where the store has that order): ``exact`` is True when that was all of them,
+    False when the walk stopped at its bound (the counts are then lower bounds)."""
 
     queue: str
     job: str | None
@@ -1133,6 +1148,9 @@ class LimitStats:
     keys_running: int
     keys_full: int
     top_keys: tuple[KeyStats, ...] = ()
+    due: int = 0
+    due_keys_full: int = 0
+    exact: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -1327,7 +1345,8 @@ class Backend(Protocol):
     def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
         """Every limited scope of the queues asked, queue rows first then job rows by name,
         queues by name (see :class:`LimitStats`); a queue with keyed pending jobs and no limit
-        gets a row too, for its top keys. A read for status: it may count a queue's jobs."""
+        gets a row too, for its top keys. A read for status: it reads every running job and at
+        most ``params.walk`` pending jobs of each queue, whatever its backlog."""
         ...
 
     def queues_names(self, params: QueuesNamesParams) -> list[str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..clock import Clock
 from ..errors import DuplicateJob, InvalidTransition, JobNotFound, QueueFull
+from ._stored import limit_stats
 from .base import (
     ACTIVE,
     CANCELLABLE,
@@ -30,6 +31,7 @@ from .base import (
     DeadGroups,
     DeadGroupsParams,
     Inserted,
+    JobLimits,
     JobRecord,
     JobsAckParams,
     JobsCancelManyParams,
@@ -45,7 +47,6 @@ from .base import (
     JobsSearchParams,
     JobsWaitParams,
     JobsWakeParams,
-    KeyStats,
     Lapsed,
     LeasesLapsedParams,
     LeasesReapParams,
@@ -568,7 +569,7 @@ class MemoryBackend:
             for r in self._rows.values()
             if r.rec.status == "pending" and r.rec.queue in open_queues and r.rec.run_at <= now
         ]
-        due.sort(key=lambda r: (-r.rec.priority, fair_round(r.turn), r.rec.run_at, int(r.rec.id)))
+        due.sort(key=_claim_order)
         tats: dict[_Bucket, float] = {}
         chosen: list[_Row] = []
         opens: float | None = None
@@ -879,68 +880,34 @@ class MemoryBackend:
                     self._job_limits.pop((job.queue, job.name), None)
 
     def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
-        """Each limited scope of the queues asked, with its queue's top keys."""
+        """Each limited scope of the queues asked (see :func:`_stored.limit_stats`): every
+        running job, and the first ``params.walk`` pending jobs of each queue in claim order,
+        as the other stores read them."""
         with self._lock:
             now = self._now()
-            wanted = set(params.queues)
-            scopes: list[tuple[str, str | None, QueueLimits, int | None]] = []
-            keyed_queues = {r.rec.queue for r in self._rows.values() if r.rec.key is not None}
-            for name in sorted(set(self._queues) | keyed_queues):
-                cfg = self._queues.get(name) or QueueConfig(name)
-                if (cfg.limits or cfg.max_concurrency is not None or name in keyed_queues) and (
-                    not wanted or name in wanted
-                ):
-                    scopes.append((name, None, cfg.limits, cfg.max_concurrency))
-            for (queue, job), limits in sorted(self._job_limits.items()):
-                if not wanted or queue in wanted:
-                    scopes.append((queue, job, limits, None))
-            scopes.sort(key=lambda s: (s[0], s[1] is not None, s[1] or ""))
-            return [self._scope_stats(*scope, now, params.top_keys) for scope in scopes]
-
-    def _scope_stats(
-        self,
-        queue: str,
-        job: str | None,
-        limits: QueueLimits,
-        cap: int | None,
-        now: float,
-        top: int,
-    ) -> LimitStats:
-        rows = [
-            r
-            for r in self._rows.values()
-            if r.rec.queue == queue and (job is None or r.rec.name == job)
-        ]
-        running = [r for r in rows if r.rec.status == "running"]
-        per_key: dict[str, list[int]] = {}
-        for r in rows:
-            if r.rec.key is not None and r.rec.status in ("pending", "running"):
-                counts = per_key.setdefault(r.rec.key, [0, 0])
-                counts[r.rec.status == "running"] += 1
-        rate = limits.rate
-        used = None if rate is None else _rate_used(rate, self._tats.get((queue, job, None)), now)
-        keys_running = sum(1 for c in per_key.values() if c[1])
-        full = limits.key_concurrency
-        top_keys = (
-            ()
-            if job is not None
-            else tuple(
-                KeyStats(k, c[0], c[1])
-                for k, c in sorted(per_key.items(), key=lambda kc: (-kc[1][0], kc[0]))[:top]
-                if c[0]
+            counts: dict[tuple[str, str, str | None], list[int]] = {}
+            pending: dict[str, list[_Row]] = {}
+            for r in self._rows.values():
+                if r.rec.status == "running":
+                    counts.setdefault((r.rec.queue, r.rec.name, r.rec.key), [0, 0, 0])[2] += 1
+                elif r.rec.status == "pending":
+                    pending.setdefault(r.rec.queue, []).append(r)
+            for rows in pending.values():
+                rows.sort(key=_claim_order)
+                for r in rows[: params.walk]:
+                    cell = counts.setdefault((r.rec.queue, r.rec.name, r.rec.key), [0, 0, 0])
+                    cell[0] += 1
+                    cell[1] += r.rec.run_at <= now
+            buckets = {(q, job): (tat,) for (q, job, key), tat in self._tats.items() if key is None}
+            named = [JobLimits(q, job, limits) for (q, job), limits in self._job_limits.items()]
+            return limit_stats(
+                params,
+                now,
+                list(self._queues.values()),
+                sorted(named, key=lambda j: (j.queue, j.name)),
+                [(*at, *c) for at, c in counts.items()],
+                buckets,
             )
-        )
-        return LimitStats(
-            queue=queue,
-            job=job,
-            limits=limits,
-            max_concurrency=cap,
-            running=len(running),
-            rate_used=used,
-            keys_running=keys_running,
-            keys_full=0 if full is None else sum(1 for c in per_key.values() if c[1] >= full),
-            top_keys=top_keys,
-        )
 
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; no server to warn about."""
@@ -1040,11 +1007,10 @@ def _scopes(
     return ((queue, None, None), (queue, None, key), (queue, name, key))
 
 
-def _rate_used(rate: Rate, tat: float | None, now: float) -> float:
-    """How much of a rate's burst is taken at ``now``: 0 idle, 1 the next start waits."""
-    if tat is None or tat <= now:
-        return 0.0
-    return min(1.0, (tat - now) / (rate.burst * rate.interval))
+def _claim_order(r: _Row) -> tuple[int, int, float, int]:
+    """Where a pending job stands in its queue's claim order: priority (higher first), fair
+    round, run_at, then enqueue order."""
+    return (-r.rec.priority, fair_round(r.turn), r.rec.run_at, int(r.rec.id))
 
 
 def _search_matches(rec: JobRecord, p: JobsSearchParams) -> bool:

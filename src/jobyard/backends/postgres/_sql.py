@@ -42,7 +42,7 @@ class Queries:
     queues_list: str
     job_limits_sync: str
     job_limits_list: str
-    limits_scope_counts: str
+    limits_walk: str
     limit_buckets_list: str
     limit_buckets_forget: str
     vacuum_limit_buckets: str

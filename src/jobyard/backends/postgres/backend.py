@@ -886,7 +886,8 @@ class PostgresBackend:
         self._run(lambda c: c.execute(Q.job_limits_sync, args, prepare=True))
 
     def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
-        """Each limited scope (see :func:`_stored.limit_stats`), from a few reads."""
+        """Each limited scope (see :func:`_stored.limit_stats`), from a few reads: every running
+        job, and the first ``params.walk`` pending jobs of each queue in claim order."""
 
         def read(conn: Conn) -> list[LimitStats]:
             (now,) = conn.execute(Q.clock_now, {"now": self.clock.now()}).fetchall()[0]
@@ -895,7 +896,8 @@ class PostgresBackend:
                 JobLimits(r[0], r[1], limits_from(r[2:9]))
                 for r in conn.execute(Q.job_limits_list).fetchall()
             ]
-            counts = conn.execute(Q.limits_scope_counts, {"queues": list(params.queues)}).fetchall()
+            args = {"queues": list(params.queues), "walk": params.walk, "now": float(now)}
+            counts = conn.execute(Q.limits_walk, args).fetchall()
             buckets = {(r[0], r[1] or None): r[2:] for r in conn.execute(Q.limit_buckets_list)}
             return limit_stats(params, float(now), queues, named, counts, buckets)
 

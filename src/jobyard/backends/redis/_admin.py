@@ -27,6 +27,9 @@ from ..base import (
 from ._core import dumps
 from .keys import QUEUE_RE
 
+# Pending jobs one limits_walk script reads (a few ms of the server's time at most).
+LIMITS_CALL = 1000
+
 if TYPE_CHECKING:
     from ._core import Core
 
@@ -212,14 +215,15 @@ def limits_sync(c: Core, params: LimitsSyncParams) -> None:
 
 def limits_stats(c: Core, params: LimitsStatsParams) -> list[LimitStats]:
     """Every limited scope of the queues asked: their configs, job limits and rate buckets,
-    and the keyed jobs counted from the pending and running jobs' hashes (a read for status)."""
+    and per queue its running jobs and its oldest ``params.walk`` pending jobs counted by
+    name and key (``limits_walk.lua``, in calls of :data:`LIMITS_CALL` jobs)."""
     configs = queues_list(c)
     names = sorted(set(c.known_queues()) | {q.name for q in configs})
     if params.queues:
         names = [q for q in names if q in set(params.queues)]
     now = c.clock_now()
     named: list[JobLimits] = []
-    counts: list[tuple[str, str, str | None, int, int]] = []
+    counts: list[tuple[str, str, str | None, int, int, int]] = []
     buckets: dict[tuple[str, str | None], Sequence[Any]] = {}
     for q in names:
         tag = c.keys.tag(q)
@@ -227,28 +231,40 @@ def limits_stats(c: Core, params: LimitsStatsParams) -> list[LimitStats]:
         def fetch(q: str = q, tag: str = tag) -> list[Any]:
             pipe = c.client.pipeline(transaction=False)
             pipe.hgetall(c.keys.job_limits(q))
-            pipe.zrange(f"{tag}:pending", 0, -1)
-            pipe.zrange(f"{tag}:claims", 0, -1)
             pipe.get(f"{tag}:tat")
             return cast(list[Any], pipe.execute())
 
-        limits, pending, running, tat = c.call(fetch)
-        for name in sorted(limits):
-            named.append(JobLimits(q, name, job_limits_from(limits[name])))
-            got = c.call(lambda t=tag, n=name: c.client.get(f"{t}:tat:j:{n}"))  # type: ignore[misc]
-            if got is not None:
-                buckets[(q, name)] = [got]
+        limits, tat = c.call(fetch)
         if tat is not None:
             buckets[(q, None)] = [tat]
-        numbers = [(n, 1, 0) for n in pending] + [(n, 0, 1) for n in running]
+        jobs = sorted(limits)
 
-        def read(numbers: list[tuple[str, int, int]] = numbers, q: str = q) -> list[Any]:
+        def tats(tag: str = tag, jobs: list[str] = jobs) -> list[Any]:
             pipe = c.client.pipeline(transaction=False)
-            for n, _, _ in numbers:
-                pipe.hmget(c.keys.job(q, n), "name", "key")
+            for name in jobs:
+                pipe.get(f"{tag}:tat:j:{name}")
             return cast(list[Any], pipe.execute())
 
-        for (_, p, r), (name, key) in zip(numbers, c.call(read), strict=True):
-            if name is not None:
-                counts.append((q, name, key, p, r))
+        for name, got in zip(jobs, c.call(tats) if jobs else [], strict=True):
+            named.append(JobLimits(q, name, job_limits_from(limits[name])))
+            if got is not None:
+                buckets[(q, name)] = [got]
+        counts += _walk(c, q, params.walk, now)
     return limit_stats(params, now, configs, named, counts, buckets)
+
+
+def _walk(
+    c: Core, queue: str, walk: int, now: float
+) -> list[tuple[str, str, str | None, int, int, int]]:
+    """(queue, name, key, pending, due, running) of one queue: its running jobs, and its
+    oldest ``walk`` pending jobs (fewer where the queue holds fewer)."""
+    out: list[tuple[str, str, str | None, int, int, int]] = []
+    cursor, counted, first = "", 0, True
+    while first or (cursor and counted < walk):
+        args = [repr(now), cursor, str(min(LIMITS_CALL, walk - counted)), "1" if first else ""]
+        reply = c.run("limits_walk", c.keys.queue(queue), args)
+        cursor, counted, first = reply[0], counted + int(reply[1]), False
+        for i in range(2, len(reply), 5):
+            name, key, pending, due, running = reply[i : i + 5]
+            out.append((queue, name, key or None, int(pending), int(due), int(running)))
+    return out

@@ -60,6 +60,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_list",
     "jobs_search",
     "dead_groups",
+    "limits_walk",
     "jobs_purge",
     "stats_get",
     "throughput_get",

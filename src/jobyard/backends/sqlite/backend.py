@@ -928,7 +928,8 @@ class SQLiteBackend:
         self._shared.notify(tuple({job.queue for job in params.jobs}))
 
     def limits_stats(self, params: LimitsStatsParams) -> list[LimitStats]:
-        """Each limited scope, from one read snapshot (see :func:`limit_stats`)."""
+        """Each limited scope, from one read snapshot (see :func:`limit_stats`): every running
+        job, and the first ``params.walk`` pending jobs of each queue in claim order."""
         q = self._q
         conn = self._conns.get()
         with read(conn):
@@ -938,9 +939,12 @@ class SQLiteBackend:
                 JobLimits(r[0], r[1], limits_from(r[2:9]))
                 for r in conn.execute(q["job_limits_list"])
             ]
-            counts = conn.execute(
-                q["limits_scope_counts"], {"queues": json.dumps(list(params.queues))}
-            ).fetchall()
+            asked = json.dumps(list(params.queues))
+            counts = conn.execute(q["limits_running"], {"queues": asked}).fetchall()
+            walked = params.queues or [r[0] for r in conn.execute(q["limits_pending_queues"])]
+            for queue in walked:
+                args = {"queue": queue, "walk": params.walk, "now": now}
+                counts += [(queue, *r) for r in conn.execute(q["limits_pending_walk"], args)]
             buckets = {(r[0], r[1] or None): r[2:] for r in conn.execute(q["limit_buckets_list"])}
         return limit_stats(params, now, queues, named, counts, buckets)
 

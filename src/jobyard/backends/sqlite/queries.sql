@@ -1023,14 +1023,38 @@ SELECT queue, name, rate_count, rate_per, rate_burst, key_concurrency, key_rate_
        key_rate_per, key_rate_burst
 FROM job_limits ORDER BY queue, name
 
--- name: limits_scope_counts
--- For limits_stats: per (queue, name, key) of the queues in :queues (a JSON array; empty: all),
--- the pending and running jobs that carry a key, and the running jobs per (queue, name) with
--- or without one (key NULL). A read for status: it reads the pending jobs of the queues.
-SELECT queue, name, limit_key, sum(status = 'pending'), sum(status = 'running')
+-- name: limits_pending_queues
+-- For limits_stats: the queues holding pending jobs, by name, found by a skip scan of the covering
+-- index jobs_status (one probe per queue, never a read of the pending jobs themselves).
+WITH RECURSIVE found (queue) AS (
+    SELECT min(queue) FROM jobs WHERE status = 'pending'
+    UNION ALL
+    SELECT (SELECT min(j.queue) FROM jobs AS j WHERE j.status = 'pending' AND j.queue > f.queue)
+    FROM found AS f
+    WHERE f.queue IS NOT NULL
+)
+SELECT queue FROM found WHERE queue IS NOT NULL
+
+-- name: limits_pending_walk
+-- For limits_stats: per (name, key) of queue :queue, its first :walk pending jobs in claim order
+-- (the claim index jobs_pending read in order, a table row per job: a bounded read whatever the
+-- backlog) and how many of them are due.
+SELECT w.name, w.limit_key, count(*), sum(w.run_at <= :now), 0
+FROM (
+    SELECT j.name, j.limit_key, j.run_at
+    FROM jobs AS j
+    WHERE j.status = 'pending' AND j.queue = :queue
+    ORDER BY j.priority DESC, (j.turn - 1) / 4, j.run_at, j.id
+    LIMIT :walk
+) AS w
+GROUP BY w.name, w.limit_key
+
+-- name: limits_running
+-- For limits_stats: the running jobs per (queue, name, key), of the queues in :queues (a JSON
+-- array; empty: all): running jobs are few.
+SELECT queue, name, limit_key, 0, 0, count(*)
 FROM jobs
-WHERE status IN ('pending', 'running')
-  AND (limit_key IS NOT NULL OR status = 'running')
+WHERE status = 'running'
   AND (json_array_length(:queues) = 0 OR queue IN (SELECT value FROM json_each(:queues)))
 GROUP BY queue, name, limit_key
 

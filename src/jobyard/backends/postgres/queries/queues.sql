@@ -82,13 +82,16 @@ SELECT queue, name, rate_count, rate_per, rate_burst, key_concurrency, key_rate_
        key_rate_per, key_rate_burst
 FROM job_limits ORDER BY queue, name;
 
--- name: limits_scope_counts
--- For limits_stats: per (queue, name, key) of the queues asked (none: all), the
--- pending and running jobs that carry a key, and the running jobs per (queue, name) with or
--- without one (key NULL): through indexes, never the partitions' pages
--- (jobyard_limit_counts, 0010_dead_lines.sql).
-SELECT c.queue, c.name, c.limit_key, c.pending, c.running
-FROM jobyard_limit_counts(%(queues)b::text[]) AS c;
+-- name: limits_walk
+-- For limits_stats: per (queue, name, key) of the queues asked (none: those with pending jobs),
+-- the pending jobs among each queue's first %(walk)s in claim order and how many of them are
+-- due, and every running job: through indexes, never the partitions' pages
+-- (jobyard_limit_walk, 0012_limit_walk.sql).
+SELECT w.queue, w.name, w.limit_key, w.pending, w.due, w.running
+FROM jobyard_limit_walk(
+    %(queues)b::text[], %(walk)s::int,
+    coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8)
+) AS w;
 
 -- name: limit_buckets_list
 SELECT queue, job, tat, interval, burst FROM limit_buckets WHERE key = '';

@@ -1,0 +1,150 @@
+"""What the limits' state costs a reader (``limits_stats``: ``jobyard status``, the dashboard's
+overview, a ``/metrics`` scrape) when a limited queue holds a large backlog (issue 20).
+
+    python bench/limits_stats.py --backend {sqlite,postgres,redis,redis_cluster}
+        [--pending 200000] [--samples 30] [--rounds 3] [--compare SRC ...]
+
+1. One fresh store (the test suite's factory) and one queue, ``bulk``, with its own limits
+   (``max_concurrency=64``, ``rate_limit="1000/s"``, ``key_concurrency=2``) holding
+   ``--pending`` pending jobs: half of them ``sms`` (job limits ``rate_limit="100/s"``,
+   ``key_concurrency=1``, ``key_rate_limit="5/s"``) over 1,000 keys, a quarter ``mail``
+   (``rate_limit="10/s"``, no key), a quarter ``report`` (no limit, no key); then claims until
+   the gate lets no more start (some keys and both job rates at their limit).
+2. In a process of its own per code tree (``--compare``: each a ``src`` directory, e.g. main's
+   and a branch's; default this tree's), alternately, ``--rounds`` times: time ``--samples``
+   calls each of ``limits_stats`` alone, the store reads of a ``/metrics`` scrape
+   (``web.metrics.read_store``) and of the dashboard's overview (``web._data.overview``).
+
+Prints ``name: value unit`` lines per tree: the median over the rounds of each round's p50 and
+p95 (ms). Only the ratios between trees of one run mean something on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BATCH = 2000
+KEYS = 1000
+
+
+def fill(url: str, pending: int) -> None:
+    """The backlog of step 1 (this tree's code)."""
+    import jobyard
+    from jobyard.backends.base import (
+        JobLimits,
+        JobsClaimParams,
+        JobsInsertParams,
+        LimitsSyncParams,
+        NewJob,
+        QueueLimits,
+        Rate,
+    )
+
+    app = jobyard.App(url)
+    if url.startswith("postgres"):
+        app.migrate()
+    app.configure_queue("bulk", max_concurrency=64, rate_limit="1000/s", key_concurrency=2)
+    sms = QueueLimits(rate=Rate(100), key_concurrency=1, key_rate=Rate(5))
+    mail = QueueLimits(rate=Rate(10))
+    backend = app.backend
+    backend.limits_sync(
+        LimitsSyncParams([JobLimits("bulk", "sms", sms), JobLimits("bulk", "mail", mail)])
+    )
+    payload = '{"args":[],"kwargs":{}}'
+    t0 = time.monotonic()
+    rows: list[NewJob] = []
+    for i in range(pending):
+        if i % 2 == 0:
+            rows.append(NewJob("sms", "bulk", payload, key=f"customer:{i // 2 % KEYS}"))
+        else:
+            rows.append(NewJob("mail" if i % 4 == 1 else "report", "bulk", payload))
+        if len(rows) == BATCH or i == pending - 1:
+            backend.jobs_insert(JobsInsertParams(rows))
+            rows = []
+    started = 0
+    while claimed := backend.jobs_claim(JobsClaimParams("bench", ("bulk",), 64)):
+        started += len(claimed)
+        if started >= 64:
+            break
+    log(f"filled {pending:,} pending, {started} running, in {time.monotonic() - t0:.0f} s")
+    app.close()
+
+
+def time_reads(url: str, samples: int) -> None:
+    """Step 2 in this process: p50 and p95 of each read, as ``name: value ms`` lines."""
+    import jobyard
+    from jobyard.backends.base import LimitsStatsParams
+    from jobyard.web import _data, metrics
+
+    app = jobyard.App(url)
+    reads = {
+        "limits_stats": lambda: app.backend.limits_stats(LimitsStatsParams()),
+        "metrics_store": lambda: metrics.read_store(app),
+        "overview_store": lambda: _data.overview(app, None, 3600.0, 60),
+    }
+    for fn in reads.values():  # warm: connections, prepared statements, scripts
+        fn()
+    for name, fn in reads.items():
+        took = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            fn()
+            took.append((time.perf_counter() - t0) * 1000)
+        took.sort()
+        print(f"{name}_p50: {statistics.median(took):.2f} ms", flush=True)
+        print(f"{name}_p95: {took[int(0.95 * (len(took) - 1))]:.2f} ms", flush=True)
+    app.close()
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="sqlite")
+    parser.add_argument("--pending", type=int, default=200_000)
+    parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compare", nargs="*", default=[str(ROOT / "src")])
+    parser.add_argument("--time", metavar="URL", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.time:
+        time_reads(args.time, args.samples)
+        return
+    sys.path.insert(0, str(ROOT / "src"))
+    from tests.conftest import make_store_url
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url = make_store_url(args.backend, Path(tmp))
+        fill(url, args.pending)
+        figures: dict[str, dict[str, list[float]]] = {src: {} for src in args.compare}
+        for r in range(args.rounds):
+            order = args.compare[r % len(args.compare) :] + args.compare[: r % len(args.compare)]
+            for src in order:
+                env = {**os.environ, "PYTHONPATH": src}
+                argv = [sys.executable, __file__, "--time", url, "--samples", str(args.samples)]
+                out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
+                for line in out.stdout.splitlines():
+                    name, value = line.split(":", 1)
+                    figures[src].setdefault(name, []).append(float(value.split()[0]))
+            log(f"round {r + 1} of {args.rounds}: {os.getloadavg()[0]:.1f} load")
+        for src, by_name in figures.items():
+            print(f"# {src}", flush=True)
+            for name, values in by_name.items():
+                runs = ", ".join(f"{v:.1f}" for v in values)
+                print(f"{name}: {statistics.median(values):.2f} ms  # {runs}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
