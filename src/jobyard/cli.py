@@ -45,7 +45,6 @@ from .backends.base import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     STATUSES,
-    LimitStats,
     OnConflict,
     QueueConfig,
 )
@@ -497,6 +496,10 @@ def status(app_ref: str, as_json: bool) -> None:
                         {"key": k.key, "pending": k.pending, "running": k.running}
                         for k in r.top_keys
                     ],
+                    "due": r.due,
+                    "due_keys_full": r.due_keys_full,
+                    "exact": r.exact,
+                    "held_back": view.held_back(r),
                 }
                 for r in view.limits
             ],
@@ -528,7 +531,7 @@ def status(app_ref: str, as_json: bool) -> None:
     else:
         console.print("no queues yet: nothing was enqueued")
     if view.limits:
-        console.print(_limits_table(view.limits))
+        console.print(_limits_table(view))
     if not view.workers:
         console.print("workers: none live")
         return
@@ -548,13 +551,16 @@ def status(app_ref: str, as_json: bool) -> None:
     console.print(wt)
 
 
-def _limits_table(rows: Sequence[LimitStats]) -> Table:
-    """Each limited queue and job name: its rules, how full it is, its busiest keys."""
+def _limits_table(view: views.StatusView) -> Table:
+    """Each limited queue and job name: its rules, how full it is, its due pending jobs and
+    what each limit holds back of them, its busiest keys."""
     table = Table(title="limits", box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("queue", "job", "limits", "running", "rate used", "keys at limit", "top keys"):
+    columns = ("queue", "job", "limits", "running", "rate used", "keys at limit", "due")
+    for column in (*columns, "held back", "top keys"):
         table.add_column(column, no_wrap=column in ("queue", "job"))
-    for r in rows:
+    for r in view.limits:
         cap = r.limits.key_concurrency
+        held = view.held_back(r)
         table.add_row(
             cell(r.queue),
             cell(r.job or "(queue)"),
@@ -562,6 +568,8 @@ def _limits_table(rows: Sequence[LimitStats]) -> Table:
             str(r.running) if r.max_concurrency is None else f"{r.running}/{r.max_concurrency}",
             "" if r.rate_used is None else f"{r.rate_used:.0%}",
             "" if cap is None else f"{r.keys_full} of {r.keys_running}",
+            f"{r.due}" if r.exact else f"{r.due}+",  # +: the store read part of the backlog
+            " ".join(f"{limit}={n}" for limit, n in held.items() if n),
             cell(", ".join(f"{k.key} ({k.pending} pending)" for k in r.top_keys)),
         )
     return table

@@ -105,6 +105,12 @@ class StatusView:
         """What an operator should know about the store's server."""
         return self.info.warnings
 
+    def held_back(self, limit: LimitStats) -> dict[str, int]:
+        """What each limit of one of :attr:`limits` holds back now (see :func:`held_back`),
+        with its queue's pending count from :attr:`queues`."""
+        row = next((q for q in self.queues if q.name == limit.queue), None)
+        return held_back(limit, 0 if row is None else row.counts.get("pending", 0))
+
 
 @dataclass(frozen=True, slots=True)
 class JobDetail:
@@ -166,6 +172,30 @@ def rate_full(limit: LimitStats) -> bool:
     if rate is None or used is None:
         return False
     return used * rate.burst > rate.burst - 1 + 1e-9
+
+
+def held_back(limit: LimitStats, backlog: int = 0) -> dict[str, int]:
+    """What each limit of the scope holds back now, by limit (``max_concurrency``, ``rate``,
+    ``key_concurrency``, those the scope has; ``key_rate`` is not counted): a max_concurrency
+    at its cap or a rate that admits no start holds back the scope's due pending jobs
+    (:attr:`LimitStats.due`; a job name's: that name's), key_concurrency those whose key is at
+    its cap (``due_keys_full``). A job stopped by two limits counts under each.
+
+    Counted from the pending jobs ``limits_stats`` read: lower bounds when it did not read them
+    all (``exact`` False). For a queue's own max_concurrency and rate the queue's ``backlog``
+    (its pending jobs, due or not, as the store counts them) is then taken when larger, so a
+    backlog past the walk is counted whole, as it was before the walk."""
+    due = limit.due
+    if limit.job is None and not limit.exact and due:
+        due = max(due, backlog)
+    out: dict[str, int] = {}
+    if limit.max_concurrency is not None:
+        out["max_concurrency"] = due if limit.running >= limit.max_concurrency else 0
+    if limit.limits.rate is not None:
+        out["rate"] = due if rate_full(limit) else 0
+    if limit.limits.key_concurrency is not None:
+        out["key_concurrency"] = limit.due_keys_full
+    return out
 
 
 def limit_rules(limits: QueueLimits, max_concurrency: int | None = None) -> list[str]:

@@ -67,9 +67,9 @@ def test_status_prints_each_queues_limits_and_retention(run: Callable[..., str])
         if line.strip():
             rows.setdefault(line.split()[0], line)
     assert "max_concurrency=2 max_pending=9 paused keep=1h" in rows["mail"]
-    # and the limits table its limit, how full it is (no job runs: 0 of 2)
+    # and the limits table its limit, how full it is (no job runs: 0 of 2), its due jobs (none)
     limit_rows = [line.split() for line in text.splitlines() if "(queue)" in line]
-    assert limit_rows == [["mail", "(queue)", "max_concurrency=2", "0/2"]]
+    assert limit_rows == [["mail", "(queue)", "max_concurrency=2", "0/2", "0"]]
     assert [(r["queue"], r["job"], r["rules"]) for r in data["limits"]] == [
         ("mail", None, ["max_concurrency=2"])
     ]
@@ -85,6 +85,42 @@ def test_status_prints_each_queues_limits_and_retention(run: Callable[..., str])
     assert rows["plain"].split()[8] in ("<1s", "1s", "2s") and rows["mail"].split()[8] == "-"
     assert data["warnings"] == list(app.store_info().warnings) and data["workers"] == []
     assert list(data) == ["store", "queues", "workers", "warnings", "limits"]
+
+
+def test_status_prints_what_a_job_names_limits_hold_back(run: Callable[..., str]) -> None:
+    from jobyard.backends.base import JobsClaimParams, LimitsSyncParams
+
+    app = app_of()
+
+    # given a job name allowed one start an hour and another allowed one running job per key,
+    # their limits stored as a worker stores them
+    @app.job(queue="notify", rate_limit="1/h")
+    def digest(n: int) -> int:
+        return n
+
+    @app.job(queue="notify", key_concurrency=1)
+    def push(n: int) -> int:
+        return n
+
+    app.backend.limits_sync(LimitsSyncParams(app.job_limits()))
+    digest.enqueue_many([((i,), {}) for i in range(3)])
+    push.options(key="customer:1").enqueue_many([((i,), {}) for i in range(3)])
+    # when a claim starts what the limits let start: one digest, one push
+    assert len(app.backend.jobs_claim(JobsClaimParams("w1", ("notify",), 10))) == 2
+
+    text = run("status", HERE)
+    data = json.loads(run("status", HERE, "--json"))
+
+    # then each name's row says how full its limits are, its due jobs, and what they hold back
+    rows = {tuple(line.split()[:2]): line.split() for line in text.splitlines() if "notify" in line}
+    assert rows[("notify", "digest")][2:] == ["rate=1/h", "1", "100%", "2", "rate=2"]
+    push = ["key_concurrency=1", "1", "1", "of", "1", "2", "key_concurrency=2"]
+    assert rows[("notify", "push")][2:] == push
+    limits = {r["job"]: r for r in data["limits"]}
+    assert limits["digest"]["held_back"] == {"rate": 2}
+    assert (limits["digest"]["due"], limits["digest"]["exact"]) == (2, True)
+    assert limits["push"]["held_back"] == {"key_concurrency": 2}
+    assert limits["push"]["due_keys_full"] == 2
 
 
 def test_show_prints_a_steps_workflow(run: Callable[..., str]) -> None:

@@ -4,6 +4,7 @@ with real processes is in tests/e2e/test_observability.py)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,7 @@ def test_metrics_gauge_each_limit_and_the_jobs_it_holds_back(
     assert value(samples, held, queue="hostile", limit="rate") == 0
     assert value(samples, held, queue="hostile", limit="key_concurrency") == 4
     # and the HELP text says what "held back" counts
-    assert "top keys only" in families[held].documentation
+    assert "a lower bound past that" in families[held].documentation
     # and a queue without limits has no such gauges
     assert not [k for k in samples if k[0] == held and ("queue", "pausable") in k[1]]
 
@@ -154,3 +155,57 @@ def test_metrics_count_the_backlog_a_full_rate_holds_back(
     assert value(samples, "jobyard_limit_rate_used", queue="canary", job="") > 0.99
     assert value(samples, "jobyard_limit_held_back", queue="canary", limit="rate") == 2
     assert value(samples, "jobyard_limit_running", queue="canary", job="") == 0
+
+
+def test_metrics_count_what_a_job_names_own_limits_hold_back(
+    board: jobyard.App, client_for: Callable[..., Any]
+) -> None:
+    # given one queue with two job names under limits of their own: one allowed one start an
+    # hour, one allowed one running job per key (its jobs wait until released)
+    release = threading.Event()
+
+    @board.job(queue="notify", rate_limit="1/h")
+    def digest(n: int) -> int:
+        return n
+
+    @board.job(queue="notify", key_concurrency=1)
+    def push(n: int) -> int:
+        release.wait(30)
+        return n
+
+    digest.enqueue_many([((i,), {}) for i in range(3)])
+    for i in range(3):
+        push.options(key="customer:1").enqueue(i)
+    push.options(key="customer:2").enqueue(9)
+    client = client_for(board)
+    try:
+        with running_worker(board, queues=["notify"], concurrency=4):
+
+            def held() -> bool:
+                (st,) = board.stats(["notify"])
+                return st.counts.get("completed") == 1 and st.counts.get("running") == 2
+
+            # when one digest has run and each key has one push running
+            wait_until(held, what="one digest done, one push per key running")
+            text = client.get("/metrics").text
+            release.set()
+    finally:
+        release.set()
+    samples = scrape(text)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    # then the rate holds back the digests left, the key cap the pushes of the key at it
+    job_held = "jobyard_job_limit_held_back"
+    assert value(samples, job_held, queue="notify", job="digest", limit="rate") == 2
+    assert value(samples, job_held, queue="notify", job="push", limit="key_concurrency") == 2
+    assert value(samples, "jobyard_limit_running", queue="notify", job="push") == 2
+    # and each name's figures are under its own limits only
+    names = {
+        dict(labels)["job"] + ":" + dict(labels)["limit"] for k, labels in samples if k == job_held
+    }
+    assert names == {"digest:rate", "push:key_concurrency"}
+    # and the queue, which has no limit of its own, holds back nothing of its own
+    assert not [
+        k for k in samples if k[0] == "jobyard_limit_held_back" and ("queue", "notify") in k[1]
+    ]
+    assert "job name" in families[job_held].documentation

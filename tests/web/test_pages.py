@@ -319,6 +319,43 @@ def table_rows(html: str) -> list[list[str]]:
     return parser.rows
 
 
+def test_overview_shows_what_a_job_names_limits_hold_back(
+    board: jobyard.App, client_for: Any
+) -> None:
+    from jobyard.backends.base import JobsClaimParams, LimitsSyncParams
+
+    # given a job name allowed one start an hour and another allowed one running job per key,
+    # in a queue of no limit of its own, their limits stored as a worker stores them
+    @board.job(queue="notify", rate_limit="1/h")
+    def digest(n: int) -> int:
+        return n
+
+    @board.job(queue="notify", key_concurrency=1)
+    def push(n: int) -> int:
+        return n
+
+    board.backend.limits_sync(LimitsSyncParams(board.job_limits()))
+    digest.enqueue_many([((i,), {}) for i in range(3)])
+    push.options(key="customer:1").enqueue_many([((i,), {}) for i in range(3)])
+    push.options(key="customer:2").enqueue(9)
+    # when a claim starts what the limits let start: one digest, one push per key
+    claimed = board.backend.jobs_claim(JobsClaimParams("w1", ("notify",), 10))
+    assert len(claimed) == 3
+    client = client_for(board)
+    client.app.state.jobyard_site.cache.ttl = 0.0
+    html = client.get("/").text
+    # then each name's row says how full its limits are, its due jobs, and what they hold back
+    section = html.split('aria-label="limits"', 1)[1].split("</section>", 1)[0]
+    rows = {(r[0], r[1]): r for r in table_rows(section)}
+    digest_row, push_row = rows[("notify", "digest")], rows[("notify", "push")]
+    assert digest_row[2:5] == ["rate=1/h", "1", "100%"]
+    assert digest_row[6:8] == ["2", "rate 2"]
+    assert push_row[2:4] == ["key_concurrency=1", "2"]
+    assert push_row[5:8] == ["2 of 2", "2", "key_concurrency 2"]
+    # and the queue's own row (keys, no limit) holds nothing back
+    assert rows[("notify", "(queue)")][6:8] == ["4", "—"]
+
+
 def test_overview_shows_each_limit_how_full_and_its_top_keys_as_text(
     board: jobyard.App, client_for: Any, sink: Path
 ) -> None:
@@ -337,7 +374,8 @@ def test_overview_shows_each_limit_how_full_and_its_top_keys_as_text(
     with limited_queue(board, sink):
         html = client.get("/").text
     # then the overview has a limits table with the queue's row: rules, running of the cap,
-    # the rate used, the keys at their limit, the top keys with their pending jobs
+    # the rate used, the keys at their limit, the due jobs and what each limit holds back of
+    # them, the top keys with their pending jobs
     section = html.split('aria-label="limits"', 1)[1].split("</section>", 1)[0]
     rows = table_rows(section)
     (row,) = [r for r in rows if r[0] == "hostile"]
@@ -346,7 +384,9 @@ def test_overview_shows_each_limit_how_full_and_its_top_keys_as_text(
     assert row[3] == "2 / 2"
     assert row[4].endswith("%")
     assert row[5] == "2 of 2"
-    assert row[6] == f"{printable(HOSTILE)} 3 customer:7 1"
+    assert row[6] == "4"
+    assert row[7] == "max_concurrency 4 key_concurrency 4"
+    assert row[8] == f"{printable(HOSTILE)} 3 customer:7 1"
     # and the hostile key reaches the page as text, never as markup
     assert "<script>alert(1)" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section

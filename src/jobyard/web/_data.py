@@ -89,10 +89,13 @@ class LimitView:
     keys_full: int
     keys_running: int
     top_keys: tuple[tuple[str, int], ...]  # (key, pending jobs), most first
+    due: int = 0  # due pending jobs of the scope the store read (all of them when ``exact``)
+    exact: bool = True
+    held: tuple[tuple[str, int], ...] = ()  # (limit, due jobs it holds back now): views.held_back
 
     @classmethod
-    def of(cls, s: LimitStats) -> LimitView:
-        """The view of one row of ``limits_stats``."""
+    def of(cls, s: LimitStats, backlog: int = 0) -> LimitView:
+        """The view of one row of ``limits_stats`` (``backlog``: its queue's pending jobs)."""
         return cls(
             s.queue,
             s.job,
@@ -105,6 +108,9 @@ class LimitView:
             s.keys_full,
             s.keys_running,
             tuple((k.key, k.pending) for k in s.top_keys),
+            s.due,
+            s.exact,
+            tuple(views.held_back(s, backlog).items()),
         )
 
 
@@ -297,7 +303,10 @@ def overview(app: App, chart_queue: str | None, since: float, step: int) -> Over
     now = app.backend.clock_now()
     hist, last_minute = history(app, since, step, now)
     ages = oldest_pending(stats, now)
-    limits = tuple(LimitView.of(s) for s in app.backend.limits_stats(LimitsStatsParams()))
+    limits = tuple(
+        LimitView.of(s, by_queue[s.queue].counts.get("pending", 0) if s.queue in by_queue else 0)
+        for s in app.backend.limits_stats(LimitsStatsParams())
+    )
     rows = []
     totals = dict.fromkeys(STATUSES, 0)
     for name in names:

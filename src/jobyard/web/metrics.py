@@ -15,9 +15,11 @@ Two sources, read at each scrape:
   ``jobyard_queue_oldest_pending_age_seconds{queue}`` (what KEDA or an HPA scales on),
   ``jobyard_queue_paused{queue}``, ``jobyard_workers_live``, and of each limited scope (a
   queue's own limits, ``job=""``, or a job name's): ``jobyard_limit_running{queue,job}``,
-  ``jobyard_limit_rate_used{queue,job}`` and ``jobyard_limit_held_back{queue,limit}`` (see
-  :func:`held_back`); read through the App (a few store calls, kept ``cache`` seconds so many
-  scrapers cost the store no more).
+  ``jobyard_limit_rate_used{queue,job}``, and the jobs each limit holds back now,
+  ``jobyard_limit_held_back{queue,limit}`` (a queue's own) and
+  ``jobyard_job_limit_held_back{queue,job,limit}`` (a job name's; see :func:`held_back`);
+  read through the App (a few store calls, kept ``cache`` seconds so many scrapers cost the
+  store no more).
 
 Nothing in the core imports this module or prometheus-client.
 """
@@ -42,7 +44,7 @@ from prometheus_client.core import (
 from .. import views
 from .._tally import COUNTERS, Metrics
 from ..app import App
-from ..backends.base import LimitStats
+from ..backends.base import LIMITS_WALK, LimitStats
 from ..errors import ConfigurationError
 
 log = logging.getLogger("jobyard.web")
@@ -68,39 +70,39 @@ class StoreView:
     paused: dict[str, bool]
     workers: int
     limits: tuple[LimitStats, ...] = ()  # every limited scope (``App.limits``)
-    held: dict[tuple[str, str], int] = field(default_factory=dict)  # see held_back
+    held: dict[tuple[str, str, str], int] = field(default_factory=dict)  # see held_back
 
 
+_COUNTED = (
+    f"Counted among the first {LIMITS_WALK:,} pending jobs of the queue the store reads (the "
+    "next to be claimed; Redis: the oldest): a lower bound past that"
+)
 HELD_BACK_HELP = (
-    "Due pending jobs a limit of the queue stops now, by limit: max_concurrency and rate "
-    "(the queue's running jobs at its cap, or its rate admitting no start now) hold back the "
-    "queue's whole pending backlog (once one of its jobs is due; not-due ones are counted "
-    "with it); key_concurrency holds back the pending jobs of the keys at their cap, of the "
-    "queue's top keys only (a lower bound). A job stopped by two limits counts under each."
+    "Due pending jobs a limit of the queue's own stops now, by limit: max_concurrency at its "
+    "cap and rate admitting no start hold back the queue's due pending jobs; key_concurrency "
+    f"those of the keys at their cap. {_COUNTED}, where max_concurrency and rate count the "
+    "queue's whole pending backlog (due or not) instead. key_rate is not counted. A job "
+    "stopped by two limits counts under each."
+)
+JOB_HELD_BACK_HELP = (
+    "Due pending jobs of a job name that a limit declared on that name stops now, by limit: "
+    "rate admitting no start holds back the name's due pending jobs in the queue; "
+    "key_concurrency those of its keys at their cap (running jobs of that name and key). "
+    f"{_COUNTED}. key_rate is not counted. A job stopped by two limits counts under each."
 )
 
 
 def held_back(
-    limits: tuple[LimitStats, ...], pending: dict[str, int], due: set[str]
-) -> dict[tuple[str, str], int]:
-    """(queue, limit) -> the jobs that limit of the queue's own holds back now (see
-    :data:`HELD_BACK_HELP`): what ``limits_stats`` and the counts give, with no other read.
-    Job names' limits are left out: the store counts pending jobs per queue, not per name."""
-    out: dict[tuple[str, str], int] = {}
+    limits: tuple[LimitStats, ...], pending: dict[str, int]
+) -> dict[tuple[str, str, str], int]:
+    """(queue, job name or "" for the queue's own, limit) -> the jobs that limit holds back
+    now (:func:`jobyard.views.held_back`; ``pending``: each queue's pending count, taken for
+    a queue's own max_concurrency and rate past the store's walk): what ``limits_stats`` and
+    the counts give, with no other read."""
+    out: dict[tuple[str, str, str], int] = {}
     for s in limits:
-        if s.job is not None:
-            continue
-        backlog = pending.get(s.queue, 0) if s.queue in due else 0
-        if s.max_concurrency is not None:
-            full = s.running >= s.max_concurrency
-            out[(s.queue, "max_concurrency")] = backlog if full else 0
-        if s.rate_used is not None:
-            out[(s.queue, "rate")] = backlog if views.rate_full(s) else 0
-        cap = s.limits.key_concurrency
-        if cap is not None:
-            out[(s.queue, "key_concurrency")] = sum(
-                k.pending for k in s.top_keys if k.running >= cap
-            )
+        for limit, n in views.held_back(s, pending.get(s.queue, 0)).items():
+            out[(s.queue, s.job or "", limit)] = n
     return out
 
 
@@ -139,7 +141,7 @@ def read_store(app: App) -> StoreView:
     oldest.update(oldest_pending(app, rest, now))
     limits = tuple(app.limits())
     pending = {q: c.get("pending", 0) for q, c in counts.items()}
-    held = held_back(limits, pending, set(oldest))
+    held = held_back(limits, pending)
     return StoreView(counts, oldest, paused, workers, limits, held)
 
 
@@ -251,12 +253,21 @@ class JobyardCollector:
                 rate.add_metric([s.queue, s.job or ""], float(s.rate_used))
         yield running
         yield rate
+        # A job name's limits in a family of their own: the queue's series keep the labels
+        # they always had, so a query of {queue, limit} never sums a name's into its queue's.
         held = GaugeMetricFamily(
             "jobyard_limit_held_back", HELD_BACK_HELP, labels=["queue", "limit"]
         )
-        for (queue, limit), n in sorted(view.held.items()):
-            held.add_metric([queue, limit], float(n))
+        job_held = GaugeMetricFamily(
+            "jobyard_job_limit_held_back", JOB_HELD_BACK_HELP, labels=["queue", "job", "limit"]
+        )
+        for (queue, job, limit), n in sorted(view.held.items()):
+            if job:
+                job_held.add_metric([queue, job, limit], float(n))
+            else:
+                held.add_metric([queue, limit], float(n))
         yield held
+        yield job_held
 
     def _store_view(self) -> StoreView | None:
         with self._lock:
