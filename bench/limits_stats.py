@@ -4,16 +4,19 @@ overview, a ``/metrics`` scrape) when a limited queue holds a large backlog (iss
     python bench/limits_stats.py --backend {sqlite,postgres,redis,redis_cluster}
         [--pending 200000] [--samples 30] [--rounds 3] [--compare SRC ...]
 
-1. One fresh store (the test suite's factory) and one queue, ``bulk``, with its own limits
-   (``max_concurrency=64``, ``rate_limit="1000/s"``, ``key_concurrency=2``) holding
-   ``--pending`` pending jobs: half of them ``sms`` (job limits ``rate_limit="100/s"``,
-   ``key_concurrency=1``, ``key_rate_limit="5/s"``) over 1,000 keys, a quarter ``mail``
-   (``rate_limit="10/s"``, no key), a quarter ``report`` (no limit, no key); then claims until
-   the gate lets no more start (some keys and both job rates at their limit).
-2. In a process of its own per code tree (``--compare``: each a ``src`` directory, e.g. main's
-   and a branch's; default this tree's), alternately, ``--rounds`` times: time ``--samples``
-   calls each of ``limits_stats`` alone, the store reads of a ``/metrics`` scrape
-   (``web.metrics.read_store``) and of the dashboard's overview (``web._data.overview``).
+1. A fresh store per code tree (``--compare``: each a ``src`` directory, e.g. main's and a
+   branch's; default this tree's), made as ``bench/throughput.py`` makes them (a temp file, a
+   schema of database ``test``, a private redis-server) and filled by that tree's code:
+   one queue, ``bulk``, with limits of its own (``max_concurrency=64``,
+   ``rate_limit="1000/s"``, ``key_concurrency=2``) holding ``--pending`` pending jobs: half of
+   them ``sms`` (job limits ``rate_limit="100/s"``, ``key_concurrency=1``,
+   ``key_rate_limit="5/s"``) over 1,000 keys, a quarter ``mail`` (``rate_limit="10/s"``, no
+   key), a quarter ``report`` (no limit, no key); then claims until the gate lets no more
+   start (some keys and both job rates at their limit).
+2. In a process of its own per tree, on its store, the trees alternately, ``--rounds`` times:
+   time ``--samples`` calls each of ``limits_stats`` alone, the store reads of a ``/metrics``
+   scrape (``web.metrics.read_store``) and of the dashboard's overview
+   (``web._data.overview``).
 
 Prints ``name: value unit`` lines per tree: the median over the rounds of each round's p50 and
 p95 (ms). Only the ratios between trees of one run mean something on a shared machine.
@@ -22,11 +25,11 @@ p95 (ms). Only the ratios between trees of one run mean something on a shared ma
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -117,28 +120,37 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compare", nargs="*", default=[str(ROOT / "src")])
+    parser.add_argument("--fill", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--time", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fill:
+        fill(args.fill, args.pending)
+        return
     if args.time:
         time_reads(args.time, args.samples)
         return
-    sys.path.insert(0, str(ROOT / "src"))
-    from tests.conftest import make_store_url
+    from bench.throughput import store
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = make_store_url(args.backend, Path(tmp))
-        fill(url, args.pending)
+    def child(src: str, *argv: str) -> str:
+        env = {**os.environ, "PYTHONPATH": src}
+        cmd = [sys.executable, __file__, *argv]
+        return subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+
+    with contextlib.ExitStack() as stack:
+        # A store per tree, filled by that tree's code: each migrates its own schema. Redis:
+        # a server of the run's own, so the old full read does not load the shared one.
+        urls = {src: stack.enter_context(store(args.backend, False)) for src in args.compare}
+        for src, url in urls.items():
+            child(src, "--fill", url, "--pending", str(args.pending))
         figures: dict[str, dict[str, list[float]]] = {src: {} for src in args.compare}
         for r in range(args.rounds):
             order = args.compare[r % len(args.compare) :] + args.compare[: r % len(args.compare)]
             for src in order:
-                env = {**os.environ, "PYTHONPATH": src}
-                argv = [sys.executable, __file__, "--time", url, "--samples", str(args.samples)]
-                out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
-                for line in out.stdout.splitlines():
+                out = child(src, "--time", urls[src], "--samples", str(args.samples))
+                for line in out.splitlines():
                     name, value = line.split(":", 1)
                     figures[src].setdefault(name, []).append(float(value.split()[0]))
-            log(f"round {r + 1} of {args.rounds}: {os.getloadavg()[0]:.1f} load")
+            log(f"round {r + 1} of {args.rounds}: load {os.getloadavg()[0]:.1f}")
         for src, by_name in figures.items():
             print(f"# {src}", flush=True)
             for name, values in by_name.items():

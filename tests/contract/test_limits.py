@@ -394,20 +394,21 @@ def test_a_job_names_key_concurrency_holds_back_the_due_jobs_of_its_keys_at_thei
     backend.limits_sync(LimitsSyncParams([JobLimits("q", "sms", QueueLimits(key_concurrency=1))]))
     insert(backend, *[new(name="sms", key="a") for _ in range(3)], new(name="sms", key="b"))
     insert(backend, new(name="sms", key="a", delay=60.0))
-    # when each key has its one job running, and another name's job of key "a" is pending
+    # when each key has its one job running, then more jobs arrive: the name's of a key with
+    # none running, and another name's of the key at the cap
     assert sorted(keys_of(backend, claim(backend, 10))) == ["a", "b"]
-    insert(backend, new(name="mail", key="a", delay=60.0), new(name="mail", key="c"))
+    insert(backend, new(name="sms", key="c"), new(name="mail", key="a"), new(name="mail", key="c"))
     rows = {r.job: r for r in backend.limits_stats(LimitsStatsParams(("q",)))}
     # then the name's scope holds back the due jobs of its key at the cap, "a": two (not the
-    # delayed one, nor the other name's)
+    # delayed one, nor the other name's, nor those of "c", which may start)
     sms = rows["sms"]
-    assert (sms.keys_running, sms.keys_full, sms.due, sms.due_keys_full) == (2, 2, 2, 2)
+    assert (sms.keys_running, sms.keys_full, sms.due, sms.due_keys_full) == (2, 2, 3, 2)
     # and the queue's own row (no limit: it lists its top keys) counts every name's
     queue = rows[None]
-    assert (queue.due, queue.due_keys_full, queue.keys_full) == (3, 0, 0)
+    assert (queue.due, queue.due_keys_full, queue.keys_full) == (5, 0, 0)
     assert [(k.key, k.pending, k.running) for k in queue.top_keys] == [
         ("a", 4, 1),
-        ("c", 1, 0),
+        ("c", 2, 0),
     ]
 
 
