@@ -605,3 +605,13 @@ def test_status_lists_each_limit_how_full_and_the_busiest_keys(
     ]
     assert (job_row.job, views.limit_rules(job_row.limits)) == ("send", ["key_concurrency=1"])
     assert (job_row.keys_running, job_row.keys_full) == (1, 1)
+    # and what each limit holds back: the queue's full rate its three due jobs, the name's key
+    # cap the two of the key at it
+    assert view.held_back(queue_row) == {"max_concurrency": 0, "rate": 3}
+    assert view.held_back(job_row) == {"key_concurrency": 2}
+    # and, where the store read only part of the backlog, a lower bound, except the queue's own
+    # max_concurrency and rate, which count the queue's whole pending backlog
+    walked, _ = app.backend.limits_stats(LimitsStatsParams(("sms",), walk=2))
+    assert (walked.due, walked.exact) == (2, False)
+    assert views.held_back(walked) == {"max_concurrency": 0, "rate": 2}
+    assert views.held_back(walked, backlog=3) == {"max_concurrency": 0, "rate": 3}
