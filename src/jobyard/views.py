@@ -8,7 +8,9 @@ carry them (epoch seconds for queues, workers and schedules; datetimes on a :cla
 nothing formatted. A renderer decides how a value reads; it never asks the store itself.
 
 - :func:`status`: a :class:`StatusView` of the store (:class:`jobyard.backends.base.StoreInfo`),
-  one :class:`QueueRow` per queue and one :class:`WorkerRow` per live worker.
+  one :class:`QueueRow` per queue, one :class:`WorkerRow` per live worker, and each limited
+  scope's state; :func:`held_back` is what each limit of a scope holds back now (the one rule
+  under ``jobyard status``, the dashboard and the metrics' gauges).
 - :func:`job_detail`: a :class:`JobDetail`, the job with its workflow (chain or group) and tree;
   :func:`job_fields` is every field of a job as JSON-ready values (``--json``).
 - :func:`schedules`: one :class:`ScheduleRow` per stored or declared schedule.
