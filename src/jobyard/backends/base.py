@@ -1109,6 +1109,10 @@ class LimitsStatsParams:
     top_keys: int = 5
     walk: int = LIMITS_WALK
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.walk, int) or self.walk < 0:  # SQLite reads on to the end below 0
+            raise ValueError(f"walk must be a whole number from 0, got {self.walk!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class KeyStats:
