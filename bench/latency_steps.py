@@ -2,6 +2,7 @@
 ``throughput.py`` runs it), so the producer's enqueue and the worker never share a GIL.
 
     python bench/latency_steps.py --backend {sqlite,postgres,redis} [--samples 300]
+        [--server-time]
 
 The worker process wraps its backend's store calls to note when each returned (``time.time()``);
 this process enqueues the no-op ``stamp`` job one at a time with a random 10-50 ms pause, as
@@ -10,6 +11,12 @@ the return of the claim that took the job (the push signal and the claim: negati
 worker had the job before the enqueue call returned to its caller), and from there to the
 handler's start. Prints the median, p95 and p99 of each step, and the other store calls the
 worker made meanwhile (maintenance).
+
+On Redis the step to the claim's return is also cut where the claim's raw reply was read (the
+rest is the worker's parsing of it). ``--server-time`` (redis): the server's own time per
+command while the samples ran, from its slow log at threshold 0 (``EVALSHA`` by script name; a
+blocked ``BLPOP`` counts its work, not its wait; the log's own cost, about a microsecond a
+command, lands on each script once per call it makes).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -58,6 +66,15 @@ def timed(name):
 for name in json.loads(os.environ["CALLS"]):
     if hasattr(backend, name):
         timed(name)
+core = getattr(backend, "core", None)
+if core is not None:  # redis: when a claim's raw reply was read, before it is parsed
+    sent_once = core.call_once
+    def call_once(name, fn, **kw):
+        out = sent_once(name, fn, **kw)
+        if name == "jobs_claim":
+            events.append(("claim reply", 0.0, time.time(), 0))
+        return out
+    core.call_once = call_once
 worker = app.worker(queues=["bench"], concurrency=8)
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -75,6 +92,38 @@ STEPS = (
     "claim returned -> handler started",
     "total: enqueue -> handler started",
 )
+
+
+class SlowLog:
+    """Redis's own time per command over the samples: the slow log at threshold 0 (the store's
+    server is a private one, ``throughput.store``), its settings put back afterwards."""
+
+    def __init__(self, app: Any) -> None:
+        backend = app.backend
+        self.client = backend.client
+        self.names = {s.sha: name for name, s in backend.scripts._scripts.items()}
+        self.saved = self.client.config_get("slowlog-*")
+        self.client.config_set("slowlog-max-len", 1_000_000)
+        self.client.config_set("slowlog-log-slower-than", 0)
+        self.client.slowlog_reset()
+
+    def report(self) -> None:
+        entries = self.client.slowlog_get(1_000_000)
+        for key, value in self.saved.items():
+            self.client.config_set(key, value)
+        took: dict[str, list[float]] = {}
+        for e in entries:
+            words = [w.decode() if isinstance(w, bytes) else str(w) for w in e["command"].split()]
+            name = words[0].upper() if words else "?"
+            if name == "EVALSHA" and len(words) > 1:
+                name = self.names.get(words[1], "EVALSHA ?")
+            took.setdefault(name, []).append(e["duration"])
+        print("# redis server time per call (slow log at threshold 0, us)")
+        for name, us in sorted(took.items(), key=lambda kv: -len(kv[1])):
+            print(
+                f"server {name}: {len(us)} calls, median {statistics.median(us):.0f},"
+                f" p95 {percentile(us, 95):.0f}, p99 {percentile(us, 99):.0f}"
+            )
 
 
 def run(args: argparse.Namespace, url: str) -> None:
@@ -97,6 +146,7 @@ def run(args: argparse.Namespace, url: str) -> None:
         worker.stdout.readline()
         time.sleep(1.0)  # the worker goes idle
         log(f"{args.backend}: {args.samples} idle samples")
+        slowlog = SlowLog(app) if args.server_time and args.backend == "redis" else None
         samples = []
         for _ in range(args.samples):
             time.sleep(random.uniform(0.01, 0.05))
@@ -105,6 +155,8 @@ def run(args: argparse.Namespace, url: str) -> None:
             t1 = time.time()
             started = float(handle.result(timeout=30, poll=0.005))
             samples.append((t0, t1, started))
+        if slowlog is not None:
+            slowlog.report()
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(30)
@@ -120,11 +172,16 @@ def report(
     events: list[tuple[str, float, float, int]],
 ) -> None:
     claims = sorted((e for e in events if e[0] == "jobs_claim" and e[3] > 0), key=lambda e: e[2])
+    replies = sorted(e[2] for e in events if e[0] == "claim reply")
     rows = []
+    parsed = []
     for t0, t1, started in samples:
         claim = next((e for e in claims if t0 <= e[2] <= started), None)
         if claim is not None:
             rows.append((t1 - t0, claim[2] - t1, started - claim[2], started - t0))
+            reply = [t for t in replies if t0 <= t <= claim[2]]
+            if reply:
+                parsed.append((claim[2] - reply[-1]) * 1000)
     print(f"# jobyard {backend}: idle latency in steps, {len(rows)} samples (ms)")
     for i, label in enumerate(STEPS):
         col = [r[i] * 1000 for r in rows]
@@ -132,6 +189,11 @@ def report(
             f"{label}: median {statistics.median(col):.3f}, p95 {percentile(col, 95):.3f},"
             f" p99 {percentile(col, 99):.3f}"
         )
+        if i == 1 and parsed:  # redis: the part of that step the worker's Python took
+            print(
+                f"  of which the claim's reply read -> claim returned: median"
+                f" {statistics.median(parsed):.3f}, p95 {percentile(parsed, 95):.3f}"
+            )
     for name in CALLS[1:]:
         took = [(e[2] - e[1]) * 1000 for e in events if e[0] == name]
         if took:
@@ -142,6 +204,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("sqlite", "postgres", "redis"), default="redis")
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument(
+        "--server-time", action="store_true", help="redis: each command's server time"
+    )
     args = parser.parse_args()
     with store(args.backend, False) as url:
         run(args, url)

@@ -74,16 +74,20 @@ def test_a_claim_whose_reply_was_lost_is_not_sent_again(
     assert (again.id, again.attempts) == (a, 2)
 
 
+@pytest.mark.parametrize(("script", "size"), [("jobs_insert_one", 1), ("jobs_insert", 2)])
 def test_an_insert_without_keys_whose_reply_was_lost_is_not_sent_again(
-    backend: RedisBackend, proxy: LosingProxy
+    backend: RedisBackend, proxy: LosingProxy, script: str, size: int
 ) -> None:
-    insert(backend, new())  # the insert script is in Redis's cache
-    proxy.lose_reply_to(sha(backend, "jobs_insert"))
+    # given the script that inserts a batch of this size in Redis's cache (one plain job: the
+    # lean script; more: the general one)
+    insert(backend, *[new() for _ in range(size)])
+    # when an insert's reply is lost after Redis ran it
+    proxy.lose_reply_to(sha(backend, script))
     with pytest.raises(redis.exceptions.ConnectionError):
-        insert(backend, new())
-    # the job was inserted once: the caller was told it may have been
-    assert backend.core.unsure["jobs_insert"] == 1
-    assert len(claim(backend, 10)) == 2
+        insert(backend, *[new() for _ in range(size)])
+    # then the jobs were inserted once: the caller was told they may have been
+    assert backend.core.unsure[script] == 1
+    assert len(claim(backend, 10)) == 2 * size
 
 
 def test_an_insert_with_keys_whose_reply_was_lost_is_sent_again(

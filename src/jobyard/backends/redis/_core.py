@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -65,6 +66,11 @@ from .keys import Keys
 
 log = logging.getLogger("jobyard.redis")
 T = TypeVar("T")
+
+# Seconds a queue whose lean script handed its work to the general one (``jobs_insert_one``: a
+# fair queue, one fed with a time to live) goes straight to the general script, before the lean
+# one is tried again: a round trip saved per call, and a queue's settings rarely change.
+LEAN_AGAIN = 60.0
 
 
 # Built once: json.dumps with options builds a new encoder on every call, a sixth of the Python
@@ -95,6 +101,8 @@ class Core:
         self._lock = threading.Lock()
         self._closed = False
         self._outage = Outage()
+        # (lean script, queue) -> monotonic time until which the general script is sent instead
+        self._general: dict[tuple[str, str], float] = {}
 
     @property
     def closed(self) -> bool:
@@ -158,6 +166,18 @@ class Core:
         """Run the script ``name`` (not safe to repeat) once; see :meth:`call_once`."""
         script = self.scripts[name]
         return self.call_once(name, lambda c: evalsha(c, script, keys, args), binary=binary)
+
+    def lean(self, script: str, queue: str) -> bool:
+        """Whether to try the lean ``script`` on ``queue`` (not after it handed that queue's
+        work to the general script, for :data:`LEAN_AGAIN` seconds). Single node only."""
+        if self.cluster:
+            return False
+        until = self._general.get((script, queue))
+        return until is None or until <= time.monotonic()
+
+    def not_lean(self, script: str, queue: str) -> None:
+        """The lean ``script`` handed ``queue``'s work to the general script: skip it a while."""
+        self._general[(script, queue)] = time.monotonic() + LEAN_AGAIN
 
     # time -------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 -- jobs_claim.lua: claim up to a limit of due jobs from one or more queues (or only peek at them).
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit   [4] worker id
 --       [5] token prefix (random, fresh per call; the token is "<prefix>.<number>")
 --       [6] "1" = peek: report the candidates, claim nothing
@@ -8,7 +8,7 @@
 -- Touches: per group the ready levels (and their segments, see jobs_publish.lua), prios, pending
 --          and claims sets and the claimed job hashes
 --          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
---          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
+--          a due job whose record is corrupt (see fault() in _base.lua) is failed with the
 --          reason instead, and the others of the batch are claimed as usual.
 --          Through the gate (_gate.lua): the rate buckets of the starts made (tat strings with
 --          a TTL), each keyed job's key slots (keyrun), a fair queue's turns and turn hash.
