@@ -45,6 +45,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "jobs_insert",
     "jobs_insert_one",
     "jobs_claim",
+    "jobs_claim_one",
     "jobs_ack",
     "jobs_release",
     "jobs_unhold",
@@ -91,7 +92,10 @@ SCRIPT_NAMES: tuple[str, ...] = (
 # idle enqueue waits for): the job scripts the whole library, the lean ones only what they use,
 # the scripts of lists other programs write their own helpers.
 JOB_PRELUDE: tuple[str, ...] = ("_base.lua", "_lib.lua", "_flows.lua", "_gate.lua")
-LEAN_PRELUDES: dict[str, tuple[str, ...]] = {"jobs_insert_one": ("_base.lua",)}
+LEAN_PRELUDES: dict[str, tuple[str, ...]] = {
+    "jobs_insert_one": ("_base.lua",),
+    "jobs_claim_one": ("_base.lua", "_gate.lua"),
+}
 LIST_PRELUDE: tuple[str, ...] = ("_lists.lua",)
 
 

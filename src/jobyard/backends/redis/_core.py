@@ -67,9 +67,10 @@ from .keys import Keys
 log = logging.getLogger("jobyard.redis")
 T = TypeVar("T")
 
-# Seconds a queue whose lean script handed its work to the general one (``jobs_insert_one``: a
-# fair queue, one fed with a time to live) goes straight to the general script, before the lean
-# one is tried again: a round trip saved per call, and a queue's settings rarely change.
+# Seconds a queue whose lean script handed its work to the general one (``jobs_insert_one``,
+# ``jobs_claim_one``: a fair queue, one fed with a time to live, a claim through a closed gate)
+# goes straight to the general script, before the lean one is tried again: a round trip saved
+# per call, and a queue's settings rarely change.
 LEAN_AGAIN = 60.0
 
 

@@ -236,3 +236,44 @@ end
 local function fault(jk)
   return fault_of(read_fields(jk, FIELDS))
 end
+
+-- What a claim reads of a due job, in one HMGET: its reply's fields, its limit key and fair
+-- turn, and what fault_of checks.
+local CLAIM_READ = {'backoff', 'parent_id', 'key', 'turn'}
+for i, f in ipairs(FIELDS) do
+  CLAIM_READ[4 + i] = f
+end
+
+-- Claim pending job n (hash jk; f: its CLAIM_READ fields, sound) for `worker`: running, one more
+-- attempt, started now, a fresh fencing token ("<prefix>.<n>") and lease; `mark` (a job with a
+-- limit key): the key slots it took, which leaving running gives back. Appends the 13 strings
+-- of its reply to out (g: its group; run_at: its ready entry's score). Returns the lease's
+-- expiry (its score in the claims set).
+local function claim_job(jk, n, f, now, worker, prefix, mark, out, g, run_at)
+  local attempts = (tonumber(f.attempts) or 0) + 1
+  local lease = tonumber(f.lease)
+  local token = prefix .. '.' .. n
+  local expires = now + lease
+  if f.key then
+    redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+      'worker_id', worker, 'token', token, 'lease_expires_at', expires, 'slots', mark)
+  else
+    redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
+      'worker_id', worker, 'token', token, 'lease_expires_at', expires)
+  end
+  local i = #out
+  out[i + 1] = tostring(g)
+  out[i + 2] = n
+  out[i + 3] = f.name
+  out[i + 4] = f.payload
+  out[i + 5] = int(attempts)
+  out[i + 6] = int(tonumber(f.max_attempts))
+  out[i + 7] = f.backoff or ''
+  out[i + 8] = f.timeout and fmt(tonumber(f.timeout)) or ''
+  out[i + 9] = fmt(lease)
+  out[i + 10] = token
+  out[i + 11] = f.delivery or 'at_least_once'
+  out[i + 12] = f.parent_id or ''
+  out[i + 13] = fmt(run_at)
+  return expires
+end
