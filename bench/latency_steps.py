@@ -13,10 +13,11 @@ handler's start. Prints the median, p95 and p99 of each step, and the other stor
 worker made meanwhile (maintenance).
 
 On Redis the step to the claim's return is also cut where the claim's raw reply was read (the
-rest is the worker's parsing of it). ``--server-time`` (redis): the server's own time per
-command while the samples ran, from its slow log at threshold 0 (``EVALSHA`` by script name; a
-blocked ``BLPOP`` counts its work, not its wait; the log's own cost, about a microsecond a
-command, lands on each script once per call it makes).
+rest is the worker's parsing of it). ``--server-time``: the server's own time per command while
+the samples ran; redis: from its slow log at threshold 0 (``EVALSHA`` by script name; a blocked
+``BLPOP`` counts its work, not its wait; the log's own cost, about a microsecond a command,
+lands on each script once per call it makes); postgres: from pg_stat_statements, which the
+server must preload (``--url`` a private server's schema).
 """
 
 from __future__ import annotations
@@ -71,10 +72,21 @@ if core is not None:  # redis: when a claim's raw reply was read, before it is p
     sent_once = core.call_once
     def call_once(name, fn, **kw):
         out = sent_once(name, fn, **kw)
-        if name == "jobs_claim":
+        if name.startswith("jobs_claim"):
             events.append(("claim reply", 0.0, time.time(), 0))
         return out
     core.call_once = call_once
+listener = getattr(backend, "_listener", None)
+if listener is not None:  # postgres: when a notification reached the worker, when a wait ended
+    heard, waited = listener._notified, listener.wait
+    def notified(payload, schema):
+        events.append(("notified", 0.0, time.time(), 0))
+        return heard(payload, schema)
+    def wait(*a, **kw):
+        out = waited(*a, **kw)
+        events.append(("woke", 0.0, time.time(), 0))
+        return out
+    listener._notified, listener.wait = notified, wait
 worker = app.worker(queues=["bench"], concurrency=8)
 stop = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -126,6 +138,29 @@ class SlowLog:
             )
 
 
+class StatStatements:
+    """PostgreSQL's own time per statement over the samples, from pg_stat_statements (reset
+    first; the server must preload it, as a private one can: see bench/README.md)."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url.split("?")[0], autocommit=True)
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        self.conn.execute("SELECT pg_stat_statements_reset()")
+
+    def report(self) -> None:
+        rows = self.conn.execute(
+            "SELECT calls, mean_exec_time, mean_plan_time, stddev_exec_time,"
+            " regexp_replace(left(query, 70), '\\s+', ' ', 'g')"
+            " FROM pg_stat_statements WHERE calls >= 10 ORDER BY calls DESC LIMIT 12"
+        ).fetchall()
+        print("# postgres server time per statement (pg_stat_statements, ms: mean, sd)")
+        for calls, mean, plan, sd, text in rows:
+            print(f"server {calls} calls, exec {mean:.3f} (sd {sd:.3f}), plan {plan:.3f}: {text}")
+        self.conn.close()
+
+
 def run(args: argparse.Namespace, url: str) -> None:
     os.environ["JOBYARD_BENCH_URL"] = url
     from bench.apps import app, stamp
@@ -146,7 +181,9 @@ def run(args: argparse.Namespace, url: str) -> None:
         worker.stdout.readline()
         time.sleep(1.0)  # the worker goes idle
         log(f"{args.backend}: {args.samples} idle samples")
-        slowlog = SlowLog(app) if args.server_time and args.backend == "redis" else None
+        slowlog: SlowLog | StatStatements | None = None
+        if args.server_time:
+            slowlog = SlowLog(app) if args.backend == "redis" else StatStatements(url)
         samples = []
         for _ in range(args.samples):
             time.sleep(random.uniform(0.01, 0.05))
@@ -173,8 +210,11 @@ def report(
 ) -> None:
     claims = sorted((e for e in events if e[0] == "jobs_claim" and e[3] > 0), key=lambda e: e[2])
     replies = sorted(e[2] for e in events if e[0] == "claim reply")
+    heard = sorted(e[2] for e in events if e[0] == "notified")
+    woke = sorted(e[2] for e in events if e[0] == "woke")
     rows = []
     parsed = []
+    notes: list[tuple[float, float, float]] = []  # enqueue returned -> notified -> woke -> claim
     for t0, t1, started in samples:
         claim = next((e for e in claims if t0 <= e[2] <= started), None)
         if claim is not None:
@@ -182,6 +222,10 @@ def report(
             reply = [t for t in replies if t0 <= t <= claim[2]]
             if reply:
                 parsed.append((claim[2] - reply[-1]) * 1000)
+            note = next((t for t in heard if t0 <= t <= claim[2]), None)
+            wake = next((t for t in woke if note is not None and note <= t <= claim[2]), None)
+            if note is not None and wake is not None:
+                notes.append(((note - t1) * 1e3, (wake - note) * 1e3, (claim[2] - wake) * 1e3))
     print(f"# jobyard {backend}: idle latency in steps, {len(rows)} samples (ms)")
     for i, label in enumerate(STEPS):
         col = [r[i] * 1000 for r in rows]
@@ -194,6 +238,15 @@ def report(
                 f"  of which the claim's reply read -> claim returned: median"
                 f" {statistics.median(parsed):.3f}, p95 {percentile(parsed, 95):.3f}"
             )
+        if i == 1 and notes:  # postgres: the notification, the wake-up, the claim
+            for j, part in enumerate(
+                ("enqueue returned -> notified", "notified -> wait returned", "-> claim returned")
+            ):
+                col = [n[j] for n in notes]
+                print(
+                    f"  {part}: median {statistics.median(col):.3f},"
+                    f" p95 {percentile(col, 95):.3f} ({len(col)} samples)"
+                )
     for name in CALLS[1:]:
         took = [(e[2] - e[1]) * 1000 for e in events if e[0] == name]
         if took:
@@ -205,9 +258,15 @@ def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgres", "redis"), default="redis")
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument(
-        "--server-time", action="store_true", help="redis: each command's server time"
+        "--server-time",
+        action="store_true",
+        help="the server's time per command (redis) or statement (postgres, pg_stat_statements)",
     )
+    parser.add_argument("--url", default="", help="use this store as is (e.g. a private server)")
     args = parser.parse_args()
+    if args.url:
+        run(args, args.url)
+        return
     with store(args.backend, False) as url:
         run(args, url)
 

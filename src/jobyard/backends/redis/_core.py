@@ -51,7 +51,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -61,17 +60,12 @@ from redis.exceptions import NoScriptError
 
 from ...clock import Clock
 from ...events import Events, WorkerNote
+from .._lean import Lean
 from ._connection import TRANSIENT, Outage, Scripts, call, make_client, never_sent, parse_url
 from .keys import Keys
 
 log = logging.getLogger("jobyard.redis")
 T = TypeVar("T")
-
-# Seconds a queue whose lean script handed its work to the general one (``jobs_insert_one``,
-# ``jobs_claim_one``: a fair queue, one fed with a time to live, a claim through a closed gate)
-# goes straight to the general script, before the lean one is tried again: a round trip saved
-# per call, and a queue's settings rarely change.
-LEAN_AGAIN = 60.0
 
 
 # Built once: json.dumps with options builds a new encoder on every call, a sixth of the Python
@@ -102,8 +96,7 @@ class Core:
         self._lock = threading.Lock()
         self._closed = False
         self._outage = Outage()
-        # (lean script, queue) -> monotonic time until which the general script is sent instead
-        self._general: dict[tuple[str, str], float] = {}
+        self._lean = Lean()  # (lean script, queue) handed to the general script lately
 
     @property
     def closed(self) -> bool:
@@ -169,16 +162,13 @@ class Core:
         return self.call_once(name, lambda c: evalsha(c, script, keys, args), binary=binary)
 
     def lean(self, script: str, queue: str) -> bool:
-        """Whether to try the lean ``script`` on ``queue`` (not after it handed that queue's
-        work to the general script, for :data:`LEAN_AGAIN` seconds). Single node only."""
-        if self.cluster:
-            return False
-        until = self._general.get((script, queue))
-        return until is None or until <= time.monotonic()
+        """Whether to try the lean ``script`` on ``queue`` (a single node, and not after it
+        handed that queue's work to the general script lately: see ``backends/_lean.py``)."""
+        return not self.cluster and self._lean.ok((script, queue))
 
     def not_lean(self, script: str, queue: str) -> None:
         """The lean ``script`` handed ``queue``'s work to the general script: skip it a while."""
-        self._general[(script, queue)] = time.monotonic() + LEAN_AGAIN
+        self._lean.handed_over((script, queue))
 
     # time -------------------------------------------------------------------------------------
 

@@ -199,17 +199,6 @@ def wait_busy(core: Core, queue: str, key: str, since: float) -> None:
 ONE = "jobs_insert_one"
 
 
-def plain(job: NewJob) -> bool:
-    """Whether ``jobs_insert_one`` can insert ``job``: no idempotency key, no limit key, no
-    workflow (on_conflict needs a key)."""
-    return (
-        job.idempotency_key is None
-        and job.key is None
-        and job.workflow_id is None
-        and not job.after
-    )
-
-
 def insert_one(core: Core, job: NewJob) -> Inserted | None:
     """One plain job on a single node, through the lean script (sent once: a repeat would
     insert it twice); None when the script handed it to the general one (its queue is fair, or
@@ -233,7 +222,7 @@ def insert(
     """Insert ``jobs`` (of ``queues``, in first-appearance order) all or nothing: one script,
     or staged (:func:`needs_stage`). ``once``: the batch is not safe to send twice (see
     ``_core.py``)."""
-    if len(jobs) == 1 and not ttl_ms and plain(jobs[0]) and core.lean(ONE, queues[0]):
+    if len(jobs) == 1 and not ttl_ms and jobs[0].plain and core.lean(ONE, queues[0]):
         got = insert_one(core, jobs[0])
         if got is not None:
             return [got]
