@@ -2,7 +2,7 @@
 ``throughput.py`` runs it), so the producer's enqueue and the worker never share a GIL.
 
     python bench/latency_steps.py --backend {sqlite,postgres,redis} [--samples 300]
-        [--server-time]
+        [--server-time] [--probe udp,result] [--url URL]
 
 The worker process wraps its backend's store calls to note when each returned (``time.time()``);
 this process enqueues the no-op ``stamp`` job one at a time with a random 10-50 ms pause, as
@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import REPO, log, percentile
+from bench._common import REPO, Stamps, log, percentile
 from bench.throughput import counts, store
 
 CALLS = (
@@ -168,6 +168,7 @@ def run(args: argparse.Namespace, url: str) -> None:
     app.migrate()
     counts(app)  # open the store before timing anything
     events_path = Path(tempfile.mkstemp(prefix="jobyard-steps-", suffix=".json")[1])
+    stamps = Stamps()  # before the worker: it learns the probe's port
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {
         **os.environ,
@@ -184,29 +185,55 @@ def run(args: argparse.Namespace, url: str) -> None:
         slowlog: SlowLog | StatStatements | None = None
         if args.server_time:
             slowlog = SlowLog(app) if args.backend == "redis" else StatStatements(url)
-        samples = []
-        for _ in range(args.samples):
+        sends = watch_sends(args.backend)
+        samples: dict[str, list[tuple[float, float, float]]] = {p: [] for p in args.probe}
+        for i in range(args.samples):
+            probe = args.probe[i % len(args.probe)]  # several probes: interleaved
             time.sleep(random.uniform(0.01, 0.05))
             t0 = time.time()
-            handle = stamp.enqueue()
+            handle = stamp.enqueue(i)
             t1 = time.time()
-            started = float(handle.result(timeout=30, poll=0.005))
-            samples.append((t0, t1, started))
+            if probe == "udp":
+                started = stamps.wait(i)
+            else:  # the handle, polled: the store is read at once, beside the starting job
+                started = float(handle.result(timeout=30, poll=0.005))
+            if started is not None:
+                samples[probe].append((t0, t1, started))
         if slowlog is not None:
             slowlog.report()
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(30)
+        stamps.close()
         app.close()
     events = json.loads(events_path.read_text())
     events_path.unlink()
-    report(args.backend, samples, events)
+    for probe, taken in samples.items():
+        report(f"{args.backend} ({probe} probe)", taken, events, sends)
+
+
+def watch_sends(backend: str) -> list[float]:
+    """Redis: the instants this process sent a command (redis-py's send), to cut the enqueue
+    call at its send: the Python before it, and the round trip with the scripts after it."""
+    sends: list[float] = []
+    if backend == "redis":
+        from redis.connection import AbstractConnection
+
+        send = AbstractConnection.send_packed_command
+
+        def noted(self: Any, command: Any, check_health: bool = True) -> None:
+            sends.append(time.time())
+            send(self, command, check_health)
+
+        AbstractConnection.send_packed_command = noted  # type: ignore[method-assign]
+    return sends
 
 
 def report(
     backend: str,
     samples: list[tuple[float, float, float]],
     events: list[tuple[str, float, float, int]],
+    sends: list[float],
 ) -> None:
     claims = sorted((e for e in events if e[0] == "jobs_claim" and e[3] > 0), key=lambda e: e[2])
     replies = sorted(e[2] for e in events if e[0] == "claim reply")
@@ -233,6 +260,16 @@ def report(
             f"{label}: median {statistics.median(col):.3f}, p95 {percentile(col, 95):.3f},"
             f" p99 {percentile(col, 99):.3f}"
         )
+        if i == 0 and sends:
+            before = [
+                (sent - t0) * 1e3
+                for t0, t1, _ in samples
+                if (sent := next((t for t in sends if t0 <= t <= t1), None)) is not None
+            ]
+            print(
+                f"  of which the producer's Python before its send: median"
+                f" {statistics.median(before):.3f}, p95 {percentile(before, 95):.3f}"
+            )
         if i == 1 and parsed:  # redis: the part of that step the worker's Python took
             print(
                 f"  of which the claim's reply read -> claim returned: median"
@@ -263,6 +300,14 @@ def main() -> None:
         help="the server's time per command (redis) or statement (postgres, pg_stat_statements)",
     )
     parser.add_argument("--url", default="", help="use this store as is (e.g. a private server)")
+    parser.add_argument(
+        "--probe",
+        default="udp",
+        type=lambda text: text.split(","),
+        help="how this process learns that a job started: udp (the handler sends a datagram,"
+        " this process waits in recv, as the peers' runners do), result (JobHandle.result,"
+        " polled); several, comma-separated: interleaved sample by sample",
+    )
     args = parser.parse_args()
     if args.url:
         run(args, args.url)

@@ -733,7 +733,7 @@ class PostgresBackend:
             "locked": False,
         }
         rows: list[Row] = []
-        if self._lean.ok(key):
+        if key not in self._limited and self._lean.ok(key):
             # The queues' gates are open (the common case): the lean statement claims what
             # jobs_claim would; else it claims nothing, says so, and jobs_claim goes next.
             rows = self._run(lambda c: self._fetch(c, Q.jobs_claim_open, args))

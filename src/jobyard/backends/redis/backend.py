@@ -657,7 +657,8 @@ class RedisBackend:
 
     def jobs_claim(self, params: JobsClaimParams) -> Claimed:
         """Claim due jobs in priority, (fair queues: turn,) run_at, enqueue order, through the
-        gate of ``_gate.lua`` (one script on one node).
+        gate of ``_gate.lua`` (one script on one node; one queue whose gate is open, the lean
+        ``jobs_claim_one.lua``, which hands any other case to ``jobs_claim.lua``).
 
         On Cluster with several queues each queue is a script of its own, so the claim first
         peeks at every queue's best candidates, then takes from each its share of the best
@@ -716,15 +717,14 @@ class RedisBackend:
         not handed to the general script lately: see ``jobs_claim_one.lua``)."""
         return len(queues) == 1 and self.core.lean(CLAIM_ONE, queues[0])
 
-    def _claim_one_call(self, queue: str) -> tuple[list[str], list[str]]:
-        """The keys and arguments of ``jobs_claim_one``, with ``limit`` and the worker left to
-        fill in: [now, limit, worker, token prefix]."""
-        return [self.keys.config(queue)], [self.core.now(), "", "", secrets.token_hex(8)]
+    def _claim_one_call(self, queue: str, worker: str, limit: int) -> tuple[list[str], list[str]]:
+        """The keys and arguments of ``jobs_claim_one``."""
+        args = [self.core.now(), str(limit), worker, secrets.token_hex(8)]
+        return [self.keys.config(queue)], args
 
     def _claim_call(self, queues: list[str], worker: str, limit: int, peek: bool) -> Any:
         if not peek and self._claim_one(queues):
-            keys, args = self._claim_one_call(queues[0])
-            args[1:3] = [str(limit), worker]
+            keys, args = self._claim_one_call(queues[0], worker, limit)
             reply = self.core.run_once(CLAIM_ONE, keys, args)
             if reply != GENERAL:
                 return reply
@@ -745,8 +745,7 @@ class RedisBackend:
         name = CLAIM_ONE if lean else "jobs_claim"
         script = self.core.scripts[name]
         if lean:
-            keys, args = self._claim_one_call(queues[0])
-            args[1:3] = [str(limit), worker]
+            keys, args = self._claim_one_call(queues[0], worker, limit)
         else:
             keys = self.core.group_keys(queues)
             args = self._claim_args(queues, worker, limit, peek=False)
