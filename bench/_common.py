@@ -213,6 +213,55 @@ def timed(fn: Callable[[], object]) -> float:
 # --- processes and ports ---------------------------------------------------------------------
 
 
+STAMP_PORT = "BENCH_STAMP_PORT"  # where the idle latency probe's handler reports its start
+_stamp_sock: socket.socket | None = None
+
+
+def send_stamp(i: int) -> float:
+    """First thing in the idle latency probe's handler (``bench.apps.stamp``): its start instant,
+    sent as a UDP datagram ``"i t"`` to ``$BENCH_STAMP_PORT`` when that is set, as every peer's
+    runner sends it (``peer_runners/_harness.send_stamp``); returned either way."""
+    global _stamp_sock
+    t = time.time()
+    port = os.environ.get(STAMP_PORT)
+    if port:
+        if _stamp_sock is None:
+            _stamp_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        _stamp_sock.sendto(f"{i} {t!r}".encode(), ("127.0.0.1", int(port)))
+    return t
+
+
+class Stamps:
+    """The producer's end of the idle latency probe, as the peers' runners measure it: each
+    sample's handler sends its start instant (:func:`send_stamp`) and the producer waits for
+    that datagram in ``recv``, using no CPU and no store call while the worker starts the job.
+    (Waiting with ``JobHandle.result`` polled the store at once, on the 2-core machine beside
+    the worker starting the job: a load the peers' probes do not make.) Sets
+    ``$BENCH_STAMP_PORT`` for the worker processes started after it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        os.environ[STAMP_PORT] = str(self.sock.getsockname()[1])
+
+    def wait(self, i: int, timeout: float = 30.0) -> float | None:
+        """The start instant sample ``i``'s handler sent, or None after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                idx, _, stamp = self.sock.recv(256).decode().partition(" ")
+            except TimeoutError:
+                return None
+            if int(idx) == i:
+                return float(stamp)
+        return None
+
+    def close(self) -> None:
+        os.environ.pop(STAMP_PORT, None)
+        self.sock.close()
+
+
 def free_port() -> int:
     """A free TCP port on the loopback."""
     with socket.socket() as s:

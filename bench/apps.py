@@ -7,10 +7,10 @@ The store comes from ``$JOBYARD_BENCH_URL`` (set by ``bench/throughput.py``); wh
 from __future__ import annotations
 
 import os
-import time
 
 import jobyard
 from bench._calls import ahandle, handle
+from bench._common import send_stamp
 
 app = jobyard.App(os.environ.get("JOBYARD_BENCH_URL", "memory://"))
 
@@ -21,9 +21,10 @@ def noop() -> None:
 
 
 @app.job(queue="bench")
-def stamp() -> float:
-    """Returns the instant its handler started (epoch seconds), for enqueue-to-start latency."""
-    return time.time()
+def stamp(i: int = -1) -> float:
+    """Returns the instant its handler started (epoch seconds), for enqueue-to-start latency;
+    first sends it with ``i`` to the probe's UDP port when one is set (``_common.Stamps``)."""
+    return send_stamp(i)
 
 
 @app.job(queue="bench")

@@ -16,8 +16,12 @@ producer waits for it before the next sample). A few warm-up samples are not cou
 
 - redis: ``LPUSH key <producer's time>`` (redis-py with hiredis); the worker blocks in
   ``BRPOP key 0`` and notes when the reply arrived. Also ``PING`` alone, a round trip with no
-  worker. A private redis-server on a free port (``--shared-redis``: 127.0.0.1:6379, a random
-  key deleted after).
+  worker; and jobyard's own path with none of its Python: the producer sends the insert script
+  of one plain job (its arguments made beforehand but the payload, which carries the producer's
+  time), the worker waits as jobyard's does (``BLPOP`` of the wake list and the claim script in
+  one pipeline) and notes when the claim's reply arrived: with the lean scripts
+  (``jobs_insert_one``, ``jobs_claim_one``) and with the general ones. A private redis-server
+  on a free port (``--shared-redis``: 127.0.0.1:6379, a random key deleted after).
 - postgres (127.0.0.1:5432, database ``test``, a schema ``floor_<random>`` dropped after): the
   minimal honest queue shape. The producer, autocommit, inserts a row and notifies in one
   statement, one transaction committed as the server is configured (``WITH j AS (INSERT ...
@@ -36,6 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -65,6 +70,32 @@ while True:
     _, payload = r.brpop([key], 0)
     t = time.time()
     print(payload.decode(), t, flush=True)
+"""
+
+# jobyard's own scripts with no jobyard Python around them: the worker's waiting claim (a BLPOP
+# of the wake list and the claim script, one pipeline) and, in the producer, the insert script,
+# both sent raw with their arguments made beforehand. argv: url, prefix, lean ("1") or general.
+JOBYARD_WORKER = """
+import json, sys, time, redis
+from jobyard.backends.redis._connection import Scripts
+from jobyard.backends.redis.keys import Keys
+r = redis.Redis.from_url(sys.argv[1])
+keys, lean = Keys(sys.argv[2]), sys.argv[3] == "1"
+scripts = Scripts(r)
+name = "jobs_claim_one" if lean else "jobs_claim"
+script = scripts[name]
+r.script_load(script.script)
+claim_keys = [keys.config("floor")] if lean else keys.queue("floor")
+print("ready", flush=True)
+while True:
+    pipe = r.pipeline(transaction=False)
+    pipe.blpop([keys.wake("floor")], timeout=0)
+    args = ["", "8", "w", "p"] if lean else ["", "1", "8", "w", "p", "", "0"]
+    pipe.evalsha(script.sha, len(claim_keys), *claim_keys, *args)
+    _, reply = pipe.execute()
+    t = time.time()
+    for i in range(1, len(reply), 13):
+        print(json.loads(reply[i + 3])["t0"], t, flush=True)
 """
 
 PG_WORKER = """
@@ -160,6 +191,49 @@ def run_redis(n: int, shared: bool) -> None:
             report(
                 "redis lpush->brpop", enqueue_to_start(proc, lambda t0: r.lpush(key, repr(t0)), n)
             )
+        for lean in (True, False):
+            prefix = f"floor{short_id()}"
+            stack.callback(_delete_prefix, r, prefix)
+            send = _jobyard_insert(r, prefix, lean)
+            what = "lean" if lean else "general"
+            with worker(JOBYARD_WORKER, url, prefix, "1" if lean else "") as proc:
+                log(f"redis: {n} jobyard's {what} insert -> its waiting claim")
+                report(f"redis jobyard {what} scripts", enqueue_to_start(proc, send, n))
+
+
+def _jobyard_insert(r: Any, prefix: str, lean: bool) -> Callable[[float], object]:
+    """The producer's raw send of jobyard's insert script (lean: jobs_insert_one, else
+    jobs_insert) of one plain job whose payload carries ``t0``; its arguments made beforehand
+    but the payload."""
+    from jobyard.backends.base import DEFAULT_MAX_ATTEMPTS, NewJob
+    from jobyard.backends.redis._connection import Scripts
+    from jobyard.backends.redis._core import dumps
+    from jobyard.backends.redis._insert import rows
+    from jobyard.backends.redis.keys import Keys
+
+    keys, scripts = Keys(prefix), Scripts(r)
+    name = "jobs_insert_one" if lean else "jobs_insert"
+    script = scripts[name]
+    r.script_load(script.script)
+    if lean:
+        head = [keys.config("floor"), keys.seq, keys.queues, keys.wake("floor")]
+        fixed = ["", "floor", str(DEFAULT_MAX_ATTEMPTS)]
+    else:
+        head = [*keys.queue("floor"), keys.seq, keys.queues, keys.wake("floor")]
+        fixed = ["", dumps(["floor"]), "", "1", "", "", str(DEFAULT_MAX_ATTEMPTS)]
+
+    def send(t0: float) -> object:
+        job = NewJob(name="stamp", queue="floor", payload=dumps({"t0": repr(t0)}))
+        return r.execute_command(
+            "EVALSHA", script.sha, len(head), *head, *fixed, rows([job], [[]], ["floor"])
+        )
+
+    return send
+
+
+def _delete_prefix(r: Any, prefix: str) -> None:
+    for key in r.scan_iter(match="{" + prefix + "*", count=1000):
+        r.delete(key)
 
 
 def run_postgres(n: int) -> None:

@@ -113,8 +113,12 @@ def targets_for(args: argparse.Namespace, peer_rows: list[Row]) -> list[tuple[st
     best peer's finished drain; the idle latency targets stay (the probe is the same). Handlers
     that call something or compute (issue 18) get the latency targets and, for sync handlers,
     the two-fold drain; the slot share is then a figure, not a target (the call takes time of its
-    own)."""
+    own). The idle latency, where peers ran (issue 18 section 2): a p50 at most the best peer's
+    p50 and a p99 at most the best peer's p99, in the same run."""
     base = TARGETS[args.store]
+    peers = peer_latency(peer_rows)
+    if peers:
+        base = [t for t in base if not t[0].startswith("latency")] + peers
     calls = bool(args.call) or args.cpu_ms > 0
     if args.work_ms <= 0 and not calls:
         return base
@@ -127,6 +131,17 @@ def targets_for(args: argparse.Namespace, peer_rows: list[Row]) -> list[tuple[st
     best = max((d for d in drains if d is not None), default=None)
     if best is not None:
         out.append(("drain", 2 * best, "min"))
+    return out
+
+
+def peer_latency(peer_rows: list[Row]) -> list[tuple[str, float, str]]:
+    """The best (lowest) idle p50 and p99 among the peers that measured them."""
+    out = []
+    for figure in ("latency p50", "latency p99"):
+        seen = [r.figures.get(figure) for r in peer_rows if not r.error]
+        values = [v for v in seen if v is not None and not math.isnan(v)]
+        if values:
+            out.append((figure, min(values), "max"))
     return out
 
 
@@ -185,11 +200,17 @@ def fresh_store(store: str, label: str) -> Iterator[str]:
             yield url
 
 
-def run_child(argv: list[str], timeout: float, row: Row) -> None:
+def run_child(argv: list[str], timeout: float, row: Row, env: dict[str, str] | None = None) -> None:
     """Run one benchmark process and add its figures to ``row``."""
     try:
         res = subprocess.run(
-            argv, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout, cwd=BENCH_DIR
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            text=True,
+            timeout=timeout,
+            cwd=BENCH_DIR,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         row.add({}, False, f"timed out after {timeout:.0f}s")
@@ -245,10 +266,15 @@ def work_args(args: argparse.Namespace) -> list[str]:
 
 
 def run_jobyard(
-    backend: str, args: argparse.Namespace, row: Row, extra: Sequence[str] = ()
+    backend: str, args: argparse.Namespace, row: Row, extra: Sequence[str] = (), src: str = ""
 ) -> None:
-    """jobyard's throughput.py; ``extra``: its worker options beyond the defaults."""
-    log(f"jobyard on {backend}" + (f", {' '.join(extra)}" if extra else ""))
+    """jobyard's throughput.py; ``extra``: its worker options beyond the defaults; ``src``: a
+    copy of jobyard's ``src/`` to import (first on ``PYTHONPATH``, for its worker too)."""
+    log(
+        f"jobyard on {backend}"
+        + (f", {' '.join(extra)}" if extra else "")
+        + (f", {src}" if src else "")
+    )
     argv = [
         sys.executable,
         str(BENCH_DIR / "throughput.py"),
@@ -262,7 +288,10 @@ def run_jobyard(
         str(args.latency_samples),
         *work_args(args),
     ]
-    run_child([*argv, *extra], args.peer_timeout, row)
+    env = None
+    if src:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    run_child([*argv, *extra], args.peer_timeout, row, env)
 
 
 def _fmt(value: float | None, figure: str) -> str:
@@ -411,6 +440,15 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
         action="store_true",
         help="also a jobyard row whose worker runs with --pin (its process on one CPU)",
     )
+    p.add_argument(
+        "--jobyard-src",
+        action="append",
+        default=[],
+        metavar="LABEL=DIR",
+        help="also jobyard rows (the defaults, and --processes 1 where the default runs more)"
+        " importing jobyard from DIR (a copy of another commit's src/), labelled LABEL,"
+        " interleaved with the others: before and after, in the same minutes",
+    )
     args = p.parse_args(argv)
     if min(args.work_ms, args.cpu_ms, args.cpu_per_ms) < 0 or args.concurrency < 1:
         p.error("--work-ms, --cpu-ms and --cpu-per-ms must be >= 0, --concurrency >= 1")
@@ -418,27 +456,29 @@ def main(argv: list[str] | None = None, with_jobyard: bool = False) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     ensure_peers_venv()
     peers = selected_peers(args)
-    # (backend, worker options, label) of each jobyard row: the defaults, then --prefetch,
-    # then --pin, then the Cluster
-    variants: list[tuple[str, list[str], str]] = []
+    # (backend, worker options, label, src) of each jobyard row: the defaults, then --prefetch,
+    # then --pin, then the Cluster; each --jobyard-src's rows after this tree's defaults
+    variants: list[tuple[str, list[str], str, str]] = []
     if with_jobyard:
-        variants.append((args.store, [], ""))
-        if default_processes() > 1:  # the worker's default runs one per CPU: also one alone
-            variants.append((args.store, ["--processes", "1"], ", 1 process"))
+        for label, src in [("", ""), *(x.split("=", 1) for x in args.jobyard_src)]:
+            at = f", {label}" if label else ""
+            variants.append((args.store, [], at, src))
+            if default_processes() > 1:  # the worker's default runs one per CPU: also one alone
+                variants.append((args.store, ["--processes", "1"], f"{at}, 1 process", src))
         if args.jobyard_prefetch:
             pre = str(args.jobyard_prefetch)
-            variants.append((args.store, ["--prefetch", pre], f", prefetch {pre}"))
+            variants.append((args.store, ["--prefetch", pre], f", prefetch {pre}", ""))
         if args.jobyard_pin:
-            variants.append((args.store, ["--pin"], ", pinned"))
+            variants.append((args.store, ["--pin"], ", pinned", ""))
         if args.store == "redis" and not args.no_cluster:
-            variants.append(("redis_cluster", [], ""))
-    jobyard = [Row(f"jobyard ({b}{label})") for b, _, label in variants]
+            variants.append(("redis_cluster", [], "", ""))
+    jobyard = [Row(f"jobyard ({b}{label})") for b, _, label, _ in variants]
     rows = [Row(p.label.format(c=args.concurrency)) for p in peers]
     for n in range(args.rounds):
         if args.rounds > 1:
             log(f"round {n + 1} of {args.rounds}")
-        for (backend, extra, _), row in zip(variants, jobyard, strict=True):
-            run_jobyard(backend, args, row, extra)
+        for (backend, extra, _, src), row in zip(variants, jobyard, strict=True):
+            run_jobyard(backend, args, row, extra, src)
         for peer, row in zip(peers, rows, strict=True):
             run_peer(peer, args.store, args, row)
     targets = targets_for(args, rows) if with_jobyard else []

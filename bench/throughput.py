@@ -18,7 +18,8 @@ Prints, each on a line of its own (``name: value unit``):
 - ``cpu_share`` (only with ``--cpu-ms``): the drain as a share of what the machine's cores could
   do if the loop were the only cost, ``drain / (cores * 1000 / MS)``;
 - ``latency p50/p95/p99``: enqueue-to-start of one job at a time with that worker idle: the
-  handler returns ``time.time()`` at its start, compared with the instant before ``enqueue()``.
+  handler sends ``time.time()`` at its start as a UDP datagram (as every peer's runner does),
+  compared with the instant before ``enqueue()``; this process waits for it in ``recv``.
 
 Stores: sqlite -> a temp file; postgres -> a fresh schema in database ``test`` (dropped after);
 redis -> a private redis-server on a free port (``--shared-redis``: 127.0.0.1:6379/0 under a random
@@ -58,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (
     CALLS,
     REPO,
+    Stamps,
     call_target,
     check_calls,
     emit,
@@ -298,6 +300,7 @@ def run(args: argparse.Namespace, url: str) -> None:
     log_path = Path(tempfile.mkstemp(prefix="jobyard-bench-worker-", suffix=".log")[1])
     procs = f"{args.processes} processes" if args.processes > 1 else "one worker process"
     log(f"{args.backend}: drain {total} {what}, {procs}, -c {args.concurrency}")
+    stamps = Stamps()  # before the worker: its processes learn the probe's port
     worker = start_worker(args, url, log_path)
     try:
         rate, note = timed_drain(args, app, worker, handles, total)
@@ -319,17 +322,24 @@ def run(args: argparse.Namespace, url: str) -> None:
         log(f"{args.backend}: idle latency, {args.latency_samples} samples")
         time.sleep(1.0)  # the worker goes idle: it sleeps on its push signal
         samples: list[float] = []
-        for _ in range(args.latency_samples):
+        lost = 0
+        for i in range(args.latency_samples):
             time.sleep(random.uniform(0.01, 0.05))
             t_enqueue = time.time()
-            handle = stamp.enqueue()
-            started = handle.result(timeout=30, poll=0.005)
-            samples.append((float(started) - t_enqueue) * 1000.0)
+            stamp.enqueue(i)
+            started = stamps.wait(i)
+            if started is None:
+                lost += 1
+            else:
+                samples.append((started - t_enqueue) * 1000.0)
+        if lost:
+            log(f"{args.backend}: {lost} latency samples never started within 30s")
         emit_latencies(samples)
         if args.group:
             run_group(args, job, job_args, rate)
     finally:
         stop_worker(worker)
+        stamps.close()
         app.close()
         if args.keep_log or (hasattr(worker, "returncode") and worker.returncode not in (0, None)):
             log(f"worker log: {log_path}")

@@ -58,6 +58,7 @@ BOUNDARY = (
     "jobyard.backends.base",
     "jobyard.backends._stored",
     "jobyard.backends._sqlfiles",
+    "jobyard.backends._lean",
     "jobyard.errors",
     "jobyard.clock",
     "jobyard.events",

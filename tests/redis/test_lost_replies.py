@@ -48,18 +48,23 @@ def claim(backend: RedisBackend, limit: int) -> list[str]:
     return [c.id for c in backend.jobs_claim(JobsClaimParams("w", ["q"], limit))]
 
 
+@pytest.mark.parametrize(
+    ("script", "queues"), [("jobs_claim_one", ["q"]), ("jobs_claim", ["q", "other"])]
+)
 def test_a_claim_whose_reply_was_lost_is_not_sent_again(
-    backend: RedisBackend, proxy: LosingProxy
+    backend: RedisBackend, proxy: LosingProxy, script: str, queues: list[str]
 ) -> None:
-    # given two pending jobs, and the claim script already in Redis's cache
+    # given two pending jobs, and the claim script already in Redis's cache (one queue: the
+    # lean script; more: the general one)
     a, b = insert(backend, new(lease=5.0), new(lease=5.0))
-    assert backend.jobs_claim(JobsClaimParams("w", ["other"], 1)) == []
+    warm = [f"other{i}" for i in range(len(queues))]
+    assert backend.jobs_claim(JobsClaimParams("w", warm, 1)) == []
     # when a claim of one job runs in Redis but its reply is lost
-    proxy.lose_reply_to(sha(backend, "jobs_claim"))
+    proxy.lose_reply_to(sha(backend, script))
     with pytest.raises(redis.exceptions.ConnectionError):
-        claim(backend, 1)
+        backend.jobs_claim(JobsClaimParams("w", queues, 1))
     # then the store did not claim again: the first job is running, unseen, the second pending
-    assert proxy.lost == 1 and backend.core.unsure["jobs_claim"] == 1
+    assert proxy.lost == 1 and backend.core.unsure[script] == 1
     statuses = {j: rec.status for j in (a, b) if (rec := backend.jobs_get(j)) is not None}
     assert statuses == {a: "running", b: "pending"}
     # and the worker's next claim takes the second job
@@ -74,16 +79,20 @@ def test_a_claim_whose_reply_was_lost_is_not_sent_again(
     assert (again.id, again.attempts) == (a, 2)
 
 
+@pytest.mark.parametrize(("script", "size"), [("jobs_insert_one", 1), ("jobs_insert", 2)])
 def test_an_insert_without_keys_whose_reply_was_lost_is_not_sent_again(
-    backend: RedisBackend, proxy: LosingProxy
+    backend: RedisBackend, proxy: LosingProxy, script: str, size: int
 ) -> None:
-    insert(backend, new())  # the insert script is in Redis's cache
-    proxy.lose_reply_to(sha(backend, "jobs_insert"))
+    # given the script that inserts a batch of this size in Redis's cache (one plain job: the
+    # lean script; more: the general one)
+    insert(backend, *[new() for _ in range(size)])
+    # when an insert's reply is lost after Redis ran it
+    proxy.lose_reply_to(sha(backend, script))
     with pytest.raises(redis.exceptions.ConnectionError):
-        insert(backend, new())
-    # the job was inserted once: the caller was told it may have been
-    assert backend.core.unsure["jobs_insert"] == 1
-    assert len(claim(backend, 10)) == 2
+        insert(backend, *[new() for _ in range(size)])
+    # then the jobs were inserted once: the caller was told they may have been
+    assert backend.core.unsure[script] == 1
+    assert len(claim(backend, 10)) == 2 * size
 
 
 def test_an_insert_with_keys_whose_reply_was_lost_is_sent_again(

@@ -448,6 +448,17 @@ class NewJob:
         check_delay(self.delay, -MAX_DELAY)  # the store may be asked for an instant past
         check_run_at(self.run_at)
 
+    @property
+    def plain(self) -> bool:
+        """No idempotency key, no limit key, not a workflow step (so no on_conflict either): a
+        job the stores' lean single-job insert takes (Redis, PostgreSQL)."""
+        return (
+            self.idempotency_key is None
+            and self.key is None
+            and self.workflow_id is None
+            and not self.after
+        )
+
     def to_json(self) -> str:
         """The job as a store keeps it (a schedule's job): JSON with sorted keys, so equal jobs
         are equal text and a store can compare them as text."""

@@ -18,6 +18,7 @@ class Queries:
 
     jobs_insert_lock: str
     jobs_insert: str
+    jobs_insert_one: str
     jobs_insert_workflow: str
     jobs_replace: str
     jobs_get: str
@@ -34,6 +35,7 @@ class Queries:
     jobs_purge: str
     jobs_claim_lock: str
     jobs_claim: str
+    jobs_claim_open: str
     jobs_ack: str
     leases_renew: str
     leases_lapsed: str

@@ -35,6 +35,7 @@ from psycopg_pool import ConnectionPool
 from ..._secrets import mask_url
 from ...clock import Clock
 from ...errors import DuplicateJob, InvalidTransition, JobNotFound
+from .._lean import Lean
 from .._stored import (
     LIMIT_COLUMNS,
     limit_columns,
@@ -186,6 +187,13 @@ def _claimed(r: Row) -> ClaimedJob:
     )
 
 
+def _claimed_rows(rows: Sequence[Row]) -> Claimed:
+    """A claim's answer: its jobs, then the summary row (id NULL) with next_open."""
+    summary = rows[-1]
+    opens = None if summary[-2] is None else max(float(summary[-2]), 0.0)
+    return Claimed([_claimed(r) for r in rows if r[0] is not None], opens)
+
+
 def _workflow_args(jobs: Sequence[NewJob]) -> dict[str, list[str | None]] | None:
     """The arguments jobs_insert_workflow adds for a batch with workflow steps (see
     ``positions`` in queries/jobs.sql), or None for a plain batch (jobs_insert). Per job: its
@@ -233,6 +241,8 @@ class PostgresBackend:
         # ("claim" | "insert", *queues) of the statements that go behind their lock statement
         self._limited: set[tuple[str, ...]] = set()
         self._limited_lock = threading.Lock()
+        # the same keys, whose lean statement (jobs_insert_one, jobs_claim_open) handed over
+        self._lean = Lean()
         self._lent: set[int] = set()  # id() of the connections connection_acquire lent
         self._lent_lock = threading.Lock()
         self._close_lock = threading.Lock()
@@ -396,6 +406,16 @@ class PostgresBackend:
             done = _caller.run_sync(conn, [replace], self._caller_search_path(conn))
             return self._replaced(inserted, params.jobs, done)
         key = ("insert", *sorted({j.queue for j in params.jobs}))
+        if (
+            len(params.jobs) == 1
+            and params.jobs[0].plain
+            and key not in self._limited
+            and self._lean.ok(key)
+        ):
+            got = self._insert_one(params.jobs[0])
+            if got is not None:
+                return [got]
+            self._lean.handed_over(key)
         try:
             if key not in self._limited:
                 # One statement, unless a queue of the batch has a max_pending: then it wrote
@@ -419,6 +439,29 @@ class PostgresBackend:
         query, args = replace
         done = self._run(lambda c: self._fetch(c, query, dict(args or {})))
         return self._replaced(inserted, params.jobs, done)
+
+    def _insert_one(self, job: NewJob) -> Inserted | None:
+        """One plain job through jobs_insert_one (scalar parameters, none of the batch
+        machinery); None when its queue has a max_pending or is fair: nothing was written, and
+        jobs_insert must insert it."""
+        args = {
+            "now": self.clock.now(),
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "queue": job.queue,
+            "name": job.name,
+            "payload": job.payload,
+            "priority": int(job.priority),
+            "delay": float(job.delay),
+            "run_at": None if job.run_at is None else float(job.run_at),
+            "max_attempts": job.max_attempts or None,
+            "backoff": job.backoff or None,
+            "timeout": None if job.timeout is None else float(job.timeout),
+            "lease": float(job.lease),
+            "delivery": job.delivery,
+            "parent": exact_in(job.parent_id),
+        }
+        ((number, go),) = self._run(lambda c: self._fetch(c, Q.jobs_insert_one, args))
+        return Inserted(str(number), True) if go else None
 
     def _replace_step(
         self, jobs: Sequence[NewJob], inserted: Sequence[Inserted]
@@ -690,18 +733,24 @@ class PostgresBackend:
             "locked": False,
         }
         rows: list[Row] = []
+        if key not in self._limited and self._lean.ok(key):
+            # The queues' gates are open (the common case): the lean statement claims what
+            # jobs_claim would; else it claims nothing, says so, and jobs_claim goes next.
+            rows = self._run(lambda c: self._fetch(c, Q.jobs_claim_open, args))
+            if not rows[-1][-1]:
+                return _claimed_rows(rows)
+            self._lean.handed_over(key)
+            rows = []
         if key not in self._limited:
             # One statement; it claims nothing, and says so, if a queue has a limit.
             rows = self._run(lambda c: self._fetch(c, Q.jobs_claim, args))
-        if key in self._limited or (rows and rows[-1][-1]):
+        if key in self._limited or rows[-1][-1]:
             locked = {**args, "locked": True}
             steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues})]
             steps.append((Q.jobs_claim, locked))
             taken, rows = self._run(lambda c: self._locked_counted(c, steps))
             self._remember(key, limited=taken > 0)
-        summary = rows[-1]  # the last row: next_open and the lock flag (id NULL)
-        opens = None if summary[-2] is None else max(float(summary[-2]), 0.0)
-        return Claimed([_claimed(r) for r in rows if r[0] is not None], opens)
+        return _claimed_rows(rows)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
         """Apply outcomes in one statement; return the ids whose token no longer matched.

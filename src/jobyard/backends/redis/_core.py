@@ -60,6 +60,7 @@ from redis.exceptions import NoScriptError
 
 from ...clock import Clock
 from ...events import Events, WorkerNote
+from .._lean import Lean
 from ._connection import TRANSIENT, Outage, Scripts, call, make_client, never_sent, parse_url
 from .keys import Keys
 
@@ -95,6 +96,7 @@ class Core:
         self._lock = threading.Lock()
         self._closed = False
         self._outage = Outage()
+        self._lean = Lean()  # (lean script, queue) handed to the general script lately
 
     @property
     def closed(self) -> bool:
@@ -158,6 +160,15 @@ class Core:
         """Run the script ``name`` (not safe to repeat) once; see :meth:`call_once`."""
         script = self.scripts[name]
         return self.call_once(name, lambda c: evalsha(c, script, keys, args), binary=binary)
+
+    def lean(self, script: str, queue: str) -> bool:
+        """Whether to try the lean ``script`` on ``queue`` (a single node, and not after it
+        handed that queue's work to the general script lately: see ``backends/_lean.py``)."""
+        return not self.cluster and self._lean.ok((script, queue))
+
+    def not_lean(self, script: str, queue: str) -> None:
+        """The lean ``script`` handed ``queue``'s work to the general script: skip it a while."""
+        self._lean.handed_over((script, queue))
 
     # time -------------------------------------------------------------------------------------
 

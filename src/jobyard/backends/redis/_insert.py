@@ -196,12 +196,36 @@ def wait_busy(core: Core, queue: str, key: str, since: float) -> None:
     time.sleep(min(0.02 + waited / 10, 0.5))
 
 
+ONE = "jobs_insert_one"
+
+
+def insert_one(core: Core, job: NewJob) -> Inserted | None:
+    """One plain job on a single node, through the lean script (sent once: a repeat would
+    insert it twice); None when the script handed it to the general one (its queue is fair, or
+    fed with a time to live), having written nothing."""
+    keys = core.keys
+    args = [core.now(), job.queue, str(DEFAULT_MAX_ATTEMPTS), rows([job], [[]], [job.queue])]
+    reply = core.run_once(
+        ONE, [keys.config(job.queue), keys.seq, keys.queues, keys.wake(job.queue)], args
+    )
+    if isinstance(reply, list):
+        if reply[0] == "full":
+            raise QueueFull(job.queue, int(reply[1]))
+        core.not_lean(ONE, job.queue)
+        return None
+    return Inserted(make_id(job.queue, str(reply)), True)
+
+
 def insert(
     core: Core, jobs: list[NewJob], queues: list[str], ttl_ms: str, once: bool
 ) -> list[Inserted]:
     """Insert ``jobs`` (of ``queues``, in first-appearance order) all or nothing: one script,
     or staged (:func:`needs_stage`). ``once``: the batch is not safe to send twice (see
     ``_core.py``)."""
+    if len(jobs) == 1 and not ttl_ms and jobs[0].plain and core.lean(ONE, queues[0]):
+        got = insert_one(core, jobs[0])
+        if got is not None:
+            return [got]
     if needs_stage(core, jobs, queues):
         if any(j.on_conflict == "replace" for j in jobs):
             # A staged batch is hidden until published, but a replaced holder is not: its

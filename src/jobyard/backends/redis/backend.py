@@ -226,6 +226,10 @@ def _pairs(flat: Sequence[str]) -> dict[str, str]:
 
 
 DEAD_CALL = 1000  # failed jobs one dead_groups script walks (a few ms of the server's time)
+# The lean claim of one queue with an open gate (single node), and its answer when it hands the
+# claim to jobs_claim.lua, having written nothing.
+CLAIM_ONE = "jobs_claim_one"
+GENERAL = ["general"]
 
 
 class RedisBackend:
@@ -653,7 +657,8 @@ class RedisBackend:
 
     def jobs_claim(self, params: JobsClaimParams) -> Claimed:
         """Claim due jobs in priority, (fair queues: turn,) run_at, enqueue order, through the
-        gate of ``_gate.lua`` (one script on one node).
+        gate of ``_gate.lua`` (one script on one node; one queue whose gate is open, the lean
+        ``jobs_claim_one.lua``, which hands any other case to ``jobs_claim.lua``).
 
         On Cluster with several queues each queue is a script of its own, so the claim first
         peeks at every queue's best candidates, then takes from each its share of the best
@@ -707,7 +712,23 @@ class RedisBackend:
             _ttl(self.settings.failed_ttl),
         ]
 
+    def _claim_one(self, queues: list[str]) -> bool:
+        """Whether a claim of ``queues`` tries the lean script (one queue, a single node, and
+        not handed to the general script lately: see ``jobs_claim_one.lua``)."""
+        return len(queues) == 1 and self.core.lean(CLAIM_ONE, queues[0])
+
+    def _claim_one_call(self, queue: str, worker: str, limit: int) -> tuple[list[str], list[str]]:
+        """The keys and arguments of ``jobs_claim_one``."""
+        args = [self.core.now(), str(limit), worker, secrets.token_hex(8)]
+        return [self.keys.config(queue)], args
+
     def _claim_call(self, queues: list[str], worker: str, limit: int, peek: bool) -> Any:
+        if not peek and self._claim_one(queues):
+            keys, args = self._claim_one_call(queues[0], worker, limit)
+            reply = self.core.run_once(CLAIM_ONE, keys, args)
+            if reply != GENERAL:
+                return reply
+            self.core.not_lean(CLAIM_ONE, queues[0])
         args = self._claim_args(queues, worker, limit, peek)
         run = self.core.run if peek else self.core.run_once
         return run("jobs_claim", self.core.group_keys(queues), args)
@@ -720,9 +741,14 @@ class RedisBackend:
         if the connection fails while it blocks, Redis drops the queued claim with it."""
         wake = self._wake_keys(queues, worker)
         block = min(wait, max(self.settings.socket_timeout - 1.0, 0.1))
-        script = self.core.scripts["jobs_claim"]
-        keys = self.core.group_keys(queues)
-        args = self._claim_args(queues, worker, limit, peek=False)
+        lean = self._claim_one(queues)
+        name = CLAIM_ONE if lean else "jobs_claim"
+        script = self.core.scripts[name]
+        if lean:
+            keys, args = self._claim_one_call(queues[0], worker, limit)
+        else:
+            keys = self.core.group_keys(queues)
+            args = self._claim_args(queues, worker, limit, peek=False)
 
         def send(client: Any) -> list[Any]:
             pipe = client.pipeline(transaction=False)
@@ -730,12 +756,15 @@ class RedisBackend:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
             return cast(list[Any], pipe.execute(raise_on_error=False))
 
-        woke, reply = self.core.call_once("jobs_claim", send)
+        woke, reply = self.core.call_once(name, send)
         if isinstance(reply, NoScriptError):  # a restarted server: Script loads it again
             return self._claim(queues, worker, limit)
         for item in (woke, reply):
             if isinstance(item, Exception):
                 raise item
+        if lean and reply == GENERAL:  # written nothing: the general script claims
+            self.core.not_lean(CLAIM_ONE, queues[0])
+            return self._claim(queues, worker, limit)
         return self._claimed(queues, reply)
 
     def _claim(self, queues: list[str], worker: str, limit: int) -> Claimed:

@@ -127,6 +127,10 @@ class Keys:
         """The hash tag every key of ``queue`` carries."""
         return "{" + self.prefix + ":" + queue + "}"
 
+    def config(self, queue: str) -> str:
+        """The settings hash of a queue, the first of its keys (what a lean script declares)."""
+        return self.tag(queue) + ":" + QUEUE_KEY_SUFFIXES[0]
+
     def queue(self, queue: str) -> list[str]:
         """The 16 keys of a queue, in ``QUEUE_KEY_SUFFIXES`` order."""
         base = self.tag(queue) + ":"

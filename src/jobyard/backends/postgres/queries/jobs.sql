@@ -131,6 +131,52 @@ SELECT NULL, NULL, NULL, false, 0
 WHERE NOT (SELECT ok FROM go)
 ORDER BY 1;
 
+-- name: _notify_inserted
+-- (a fragment: the `notified` CTE of an insert) One NOTIFY per queue per statement, delivered
+-- only if the transaction commits. The payload is "schema:queue" on one channel, so a LISTEN
+-- needs no dynamic identifier. Needs inserted (its queue column).
+SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
+FROM (SELECT DISTINCT queue FROM inserted) AS d
+
+-- name: jobs_insert_one
+-- One plain job (no idempotency key, no limit key, no workflow) into a queue that has no
+-- max_pending and is not fair: what jobs_insert writes for it (its turn is 0, no cap to check),
+-- with scalar parameters and none of the batch machinery (a sixth of the server time from
+-- cold, and no arrays for the client to encode). Otherwise nothing is written and `go` says
+-- so: the backend sends the job to jobs_insert.
+-- Returns one row: (id, go); id NULL when go is false.
+WITH clock AS (
+    SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
+),
+q AS (
+    SELECT * FROM queues WHERE name = %(queue)s::text
+),
+go AS (
+    SELECT NOT EXISTS (SELECT 1 FROM q WHERE q.max_pending IS NOT NULL OR q.fair) AS ok
+),
+-- Straight into the pending partition, as jobs_insert does.
+inserted AS (
+    INSERT INTO jobs_pending (
+        id, status, queue, name, payload, priority, attempts, max_attempts, backoff, timeout,
+        lease, delivery, parent_id, run_at, created_at
+    )
+    SELECT nextval('jobs_id_seq'), 'pending', %(queue)s::text, %(name)s::text,
+           %(payload)s::text, %(priority)s::int4, 0,
+           coalesce(%(max_attempts)s::int4, (SELECT max_attempts FROM q),
+                    %(default_max_attempts)s::int4),
+           coalesce(%(backoff)s::text, (SELECT backoff FROM q)), %(timeout)s::float8,
+           %(lease)s::float8, %(delivery)s::text, %(parent)s::text,
+           coalesce(%(run_at)s::float8, clock.now + %(delay)s::float8), clock.now
+    FROM clock
+    WHERE (SELECT ok FROM go)
+    RETURNING id, queue
+),
+notified AS (
+    {{_notify_inserted}}
+)
+SELECT (SELECT id FROM inserted), (SELECT ok FROM go)
+WHERE (SELECT count(*) FROM notified) >= 0
+
 -- name: jobs_replace
 -- on_conflict = 'replace', run right after jobs_insert (in the caller's transaction, when it has
 -- one) for the jobs it answered with a holder: each holder still pending takes the new payload,
@@ -293,11 +339,8 @@ full_queues AS (
                       WHERE c.queue = q.name AND c.status = 'waiting'), 0)
           + a.n > q.max_pending
 ),
--- One NOTIFY per queue per batch, delivered only if the transaction commits. The payload is
--- "schema:queue" on one channel, so a LISTEN needs no dynamic identifier.
 notified AS (
-    SELECT pg_notify('jobyard', current_schema() || ':' || d.queue) AS sent
-    FROM (SELECT DISTINCT queue FROM inserted) AS d
+    {{_notify_inserted}}
 )
 
 -- name: _job_record

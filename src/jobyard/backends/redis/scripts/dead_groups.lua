@@ -1,6 +1,6 @@
 -- dead_groups.lua: group part of one queue's dead letter (Backend.dead_groups).
 --
--- KEYS: the 16 keys of one queue group (see _lib.lua).
+-- KEYS: the 16 keys of one queue group (see _base.lua).
 -- ARGV: [1] cursor: only job numbers below it, "" = from the newest   [2] failed jobs to walk
 --       in this call   [3] bytes of each error's end to read the last line from
 -- Touches: nothing. Reads the failed index and the walked job hashes' name, dead_line and

@@ -1,10 +1,10 @@
 -- jobs_ack.lua: settle a batch of claimed jobs, each fenced by its lease token.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept (0: forever) unless
 --       the queue's config sets its own retention
 --       [3] seconds a failed job is kept (0: forever)   [4] the key prefix
---       [5] "1" = a single node: release dependents in any queue here (see keys_at in _lib.lua)
+--       [5] "1" = a single node: release dependents in any queue here (see keys_at in _base.lua)
 --           and push their wake tokens; "" = Cluster: only those of the completed job's queue
 --       [6] JSON array of outcomes, each [group, number, token, kind, result|null, error|null,
 --           delay]; kind is completed, retry, failed, cancelled or release
@@ -13,7 +13,7 @@
 --          (retry, release) or a finished state's two indexes and idem (completed, failed,
 --          cancelled); the throughput hash of the hour (completed and failed, see tally in
 --          _lib.lua), once per queue and minute.
---          A job whose record turned corrupt while it ran (see fault() in _lib.lua) is failed
+--          A job whose record turned corrupt while it ran (see fault() in _base.lua) is failed
 --          with the reason unless the outcome completes it.
 --          A completed job with dependents counts itself as an input of each (count_input in
 --          _lib.lua): the last input moves a waiting step to pending, in this same script. On

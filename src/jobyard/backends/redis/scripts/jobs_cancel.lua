@@ -1,7 +1,7 @@
 -- jobs_cancel.lua: cancel one waiting or pending job, or record a cancellation request on a running one
 -- (its worker reads it back from leases_renew.lua; the first request's time and author stay).
 --
--- KEYS: the 16 keys of the job's queue (see _lib.lua).
+-- KEYS: the 16 keys of the job's queue (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] job number   [3] seconds a cancelled job is kept (0: forever)
 --       [4] who asks, "" = not said   [5] "1" = pending jobs only (a running one is refused)
 -- Touches: the job hash (status cancelled, finished_at, cancel_requested_at, cancelled_by); its

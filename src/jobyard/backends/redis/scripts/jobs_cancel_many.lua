@@ -2,7 +2,7 @@
 -- (app.cancel_workflow, app.cancel_pending); the jobs it would refuse (finished, running with
 -- ARGV[5], unknown or still staged) are skipped.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] seconds a cancelled job is kept
 --       (0: forever)   [4] who asks, "" = not said   [5] "1" = pending jobs only   then, per
 --       group, its job numbers, comma separated

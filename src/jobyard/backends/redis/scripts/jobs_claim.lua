@@ -1,6 +1,6 @@
 -- jobs_claim.lua: claim up to a limit of due jobs from one or more queues (or only peek at them).
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit   [4] worker id
 --       [5] token prefix (random, fresh per call; the token is "<prefix>.<number>")
 --       [6] "1" = peek: report the candidates, claim nothing
@@ -8,7 +8,7 @@
 -- Touches: per group the ready levels (and their segments, see jobs_publish.lua), prios, pending
 --          and claims sets and the claimed job hashes
 --          (status running, attempts + 1, started_at, worker_id, token, lease_expires_at);
---          a due job whose record is corrupt (see fault() in _lib.lua) is failed with the
+--          a due job whose record is corrupt (see fault() in _base.lua) is failed with the
 --          reason instead, and the others of the batch are claimed as usual.
 --          Through the gate (_gate.lua): the rate buckets of the starts made (tat strings with
 --          a TTL), each keyed job's key slots (keyrun), a fair queue's turns and turn hash.
@@ -234,24 +234,16 @@ for level, at in pairs(levels) do
 end
 
 -- One read per job serves both the check for a corrupt record (fault_of) and the reply.
-local READ = {'backoff', 'parent_id', 'key', 'turn'}
-for i, f in ipairs(FIELDS) do
-  READ[4 + i] = f
-end
 local claims = new_batch()
 for i = 1, chosen do
   local c = candidates[i]
   local k, n = groups[c.g], c.n
   local jk = job_key(k, n)
-  local f = read_fields(jk, READ)
+  local f = read_fields(jk, CLAIM_READ)
   local bad = fault_of(f)
   if f.status == 'pending' and bad then
     fail_corrupt(k, jk, n, now, bad, failed_ttl)
   elseif f.status == 'pending' then -- anything else is a stale index entry: dropped above
-    local attempts = (tonumber(f.attempts) or 0) + 1
-    local lease = tonumber(f.lease)
-    local token = prefix .. '.' .. n
-    local expires = now + lease
     -- the key slots it takes: its queue's and its name's scopes that have a key_concurrency
     local mark = ''
     if f.key then
@@ -261,13 +253,7 @@ for i = 1, chosen do
         key_slots(k, f.name, f.key, 1, mark)
       end
     end
-    if f.key then
-      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
-        'worker_id', worker, 'token', token, 'lease_expires_at', expires, 'slots', mark)
-    else
-      redis.call('HSET', jk, 'status', 'running', 'attempts', attempts, 'started_at', now,
-        'worker_id', worker, 'token', token, 'lease_expires_at', expires)
-    end
+    local expires = claim_job(jk, n, f, now, worker, prefix, mark, out, c.g, c.run_at)
     batch_add(claims, 'ZADD', k.claims, expires, n)
     gate_take(c.scopes)
     if f.turn then -- a fair queue's turn is used: the key's latest, if it was, is forgotten
@@ -277,19 +263,6 @@ for i = 1, chosen do
         redis.call('HDEL', latest, f.key or '')
       end
     end
-    out[#out + 1] = tostring(c.g)
-    out[#out + 1] = n
-    out[#out + 1] = f.name
-    out[#out + 1] = f.payload
-    out[#out + 1] = int(attempts)
-    out[#out + 1] = int(tonumber(f.max_attempts))
-    out[#out + 1] = f.backoff or ''
-    out[#out + 1] = f.timeout and fmt(tonumber(f.timeout)) or ''
-    out[#out + 1] = fmt(lease)
-    out[#out + 1] = token
-    out[#out + 1] = f.delivery or 'at_least_once'
-    out[#out + 1] = f.parent_id or ''
-    out[#out + 1] = fmt(c.run_at)
   elseif not KNOWN_STATES[f.status or ''] and redis.call('EXISTS', jk) == 1 then
     fail_corrupt(k, jk, n, now, bad, failed_ttl) -- its status itself is missing or corrupt
   end

@@ -2,7 +2,7 @@
 -- (another slot) was deleted (a purge or an expiry, see _flows.lua): they can never run. Safe
 -- to send again: a job no longer there, or no longer waiting, is left alone.
 --
--- KEYS: the 16 keys of the jobs' queue (see _lib.lua).
+-- KEYS: the 16 keys of the jobs' queue (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept unless its queue's
 --       config sets a retention (0: forever)   [3] the key prefix
 --       [4] JSON array of [job number, deleted input id]

@@ -5,7 +5,7 @@
 -- index walked here, and has no TTL. A failed or cancelled workflow job takes the waiting steps
 -- downstream of it with it, as a purge does.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups
 --       [3] seconds a completed job is kept (0: forever) unless its queue's config sets a
 --       retention   [4] seconds a failed or cancelled job

@@ -1,6 +1,6 @@
 -- jobs_insert.lua: insert a batch of jobs into one or more queues, all or nothing.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[4] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _base.lua); then, when ARGV[4] is "1" (a single
 --       Redis node): the job sequence, the queue registry set, and one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME        [2] JSON array of the groups' queue names
 --       [3] JSON array of a reserved job number per job, "" = take them from the sequence key

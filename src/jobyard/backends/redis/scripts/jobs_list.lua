@@ -1,6 +1,6 @@
 -- jobs_list.lua: jobs of one or more queues, newest first, filtered by status, name and workflow.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] number of groups   [2] status, "" = any   [3] job name, "" = any
 --       [4] offset   [5] limit   [6] workflow id, "" = any (then the workflow's index
 --       "wf:<id>" of each queue is read instead of the state indexes)

@@ -4,7 +4,7 @@
 -- becomes visible at once; on Cluster batch_decide.lua committed it before (one call per queue
 -- follows, each safe to repeat: the reaper finishes what a producer that stopped left).
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[3] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _base.lua); then, when ARGV[3] is "1" (a single
 --       Redis node): the batches zset, the batch's record, and one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME   [2] batch id   [3] "1" = single node (commit, wake here)
 --       [4] queue ttl in ms, "" = none   [5] seconds to the deadline of a batch whose

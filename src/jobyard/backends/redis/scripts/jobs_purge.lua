@@ -1,7 +1,7 @@
 -- jobs_purge.lua: delete finished jobs that finished at or before a cutoff, but the completed
 -- jobs a workflow step still needs, and with them the waiting steps that can never run now.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] older_than seconds
 --       [4] at most this many deletions per call, waiting steps aside (the caller repeats while
 --       a call reports more)   [5] seconds a completed job is kept unless its queue's config

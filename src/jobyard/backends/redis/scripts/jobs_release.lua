@@ -3,7 +3,7 @@
 -- is counted once per waiting job (its set of counted inputs), and a job no longer waiting
 -- (released, cancelled) is left alone.
 --
--- KEYS: the 16 keys of the waiting jobs' queue (see _lib.lua).
+-- KEYS: the 16 keys of the waiting jobs' queue (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] JSON array of [waiting job number, completed input id]
 -- Touches: the waiting jobs' hashes (waits; status, run_at when released) and "inputs:<n>"
 --          sets; the waiting, pending, prios and ready level sets of those released.

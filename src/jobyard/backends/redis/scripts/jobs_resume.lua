@@ -8,7 +8,7 @@
 -- the caller counts off those that completed (jobs_release.lua, once per input whatever the
 -- repeats), then clears the entry; leases_reap.lua reports an entry a dead caller left.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[4] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _base.lua); then, when ARGV[4] is "1" (a single
 --       Redis node), each group's wake list, in group order.
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] the key prefix
 --       [4] "1" = a single node (inputs in any queue are read here)   then, per group, its

@@ -1,6 +1,6 @@
 -- jobs_retry.lua: re-drive one failed or cancelled job: pending now, attempts reset.
 --
--- KEYS: the 16 keys of the job's queue (see _lib.lua); then, when ARGV[3] is "1" (a single
+-- KEYS: the 16 keys of the job's queue (see _base.lua); then, when ARGV[3] is "1" (a single
 --       Redis node), the queue's wake list.
 -- ARGV: [1] now, "" = Redis TIME   [2] job number   [3] "1" = the wake list follows
 -- Touches (redrive in _lib.lua): the job hash (status pending, attempts 0, run_at;

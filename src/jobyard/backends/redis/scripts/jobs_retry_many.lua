@@ -3,7 +3,7 @@
 -- nor cancelled, a corrupt priority, an idempotency key another pending or running job holds,
 -- also one re-driven earlier in this call) are skipped.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[2] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _base.lua); then, when ARGV[2] is "1" (a single
 --       Redis node), each group's wake list, in the groups' order.
 -- ARGV: [1] now, "" = Redis TIME   [2] "1" = the wake lists follow   [3] number of groups
 --       then, per group, its job numbers, comma separated

@@ -1,7 +1,7 @@
 -- jobs_search.lua: a page of jobs by cursor, newest first (Backend.jobs_search), of one or more
 -- queues, each walk bounded.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] number of groups   [2] status, "" = any   [3] job name, "" = any
 --       [4] idempotency key, "" = any   [5] a substring of the payload, "" = any
 --       [6] a substring of the error, "" = any   [7] cursor: only job numbers below it, "" = all

@@ -2,7 +2,7 @@
 -- _lib.lua). Its jobs are stored, all or nothing for this slice, but hidden from every reader
 -- until jobs_publish.lua makes the whole batch visible.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] the batch's now (from batch_open.lua: every slice stamps the same created_at)
 --       [2] JSON array of the groups' queue names   [3] JSON array of a job number per job
 --       (reserved by batch_open.lua)   [4] batch id   [5] lo   [6] hi (the batch's numbers)

@@ -2,7 +2,7 @@
 -- other queues (other slots), which completed or were deleted before they completed (see
 -- _flows.lua). Safe to send again: a hold is taken off once per (job, dependent).
 --
--- KEYS: the 16 keys of the jobs' queue (see _lib.lua).
+-- KEYS: the 16 keys of the jobs' queue (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] seconds a completed job is kept unless its queue's
 --       config sets a retention (0: forever)   [3] JSON array of [job number, dependent id]
 -- Touches: the jobs' hashes (holds) and "freed:<n>" sets; a job freed: held, done:completed,

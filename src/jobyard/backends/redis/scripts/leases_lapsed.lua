@@ -2,7 +2,7 @@
 -- it), for the reaper above the store to decide on (jobyard.retry.decide_lapsed); the move
 -- is leases_reap.lua's.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] limit (lapsed jobs, all groups)
 -- Touches: nothing but a dangling claims entry it meets (its job hash gone or no longer running,
 --          which no move leaves but an eviction or a hand edit may): the entry is dropped and

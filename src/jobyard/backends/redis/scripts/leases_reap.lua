@@ -1,7 +1,7 @@
 -- leases_reap.lua: apply the reaper's moves on lapsed leases (decided above the store, from
 -- what leases_lapsed.lua read), each fenced. Retention is jobs_expire.lua's.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua); then, when ARGV[4] is "1" (a single
+-- KEYS: the 16 keys of each queue group (see _base.lua); then, when ARGV[4] is "1" (a single
 --       Redis node), one wake list per group.
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] seconds a failed job is kept
 --       (0: forever)   [4] "1" = wake lists follow   [5] owed entries to read per group
@@ -14,7 +14,7 @@
 --          pending at now + delay (ready level, prios, pending; the attempt stays counted),
 --          or finished (failed, cancelled: the state's two indexes and idem; a failed one is
 --          counted in the throughput hash of the hour, tally in _lib.lua), or, for a corrupt
---          record, failed with the reason (see fault() in _lib.lua).
+--          record, failed with the reason (see fault() in _base.lua).
 --          Reads (Cluster, ARGV[4] ""): about ARGV[5] entries of each group's owed hash.
 -- Returns: 4 strings per moved job: group, number, new status, name. Then, Cluster only, an array
 --          {"owed", group, number, dependents} per release a completion left owed (jobs_ack.lua):

@@ -1,7 +1,7 @@
 -- leases_renew.lua: heartbeat: push the lease of each (job, token) to now + that job's lease,
 -- storing the handler's progress when given.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] seconds a failed job is kept (0: forever): a corrupt
 --       record fails instead   [3] JSON array of [group, number, token, progress|null,
 --       note|null]

@@ -1,6 +1,6 @@
 -- queues_configure.lua: create or replace one queue's settings.
 --
--- KEYS: the 16 keys of the queue (see _lib.lua).
+-- KEYS: the 16 keys of the queue (see _base.lua).
 -- ARGV: [1] queue name   [2] JSON object of the settings that are set: max_concurrency,
 --       max_attempts, backoff, max_pending, paused ("1"), retention (whole seconds a completed
 --       job is kept: jobs_ack.lua and leases_reap.lua read it over the store's result_ttl),

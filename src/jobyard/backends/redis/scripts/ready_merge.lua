@@ -3,7 +3,7 @@
 -- a bounded number per call, so claims read one key per priority again. Claims read segments
 -- meanwhile, so nothing is hidden or shown twice by a move.
 --
--- KEYS: the 16 keys of the queue (see _lib.lua).
+-- KEYS: the 16 keys of the queue (see _base.lua).
 -- ARGV: [1] at most this many entries moved per call   [2] batch id: only its segments
 -- Touches: the segments "ready:<p>@<batch>" (entries moved out; gone once empty, and their
 --          prios member with them), the ready levels (ZADD NX: an entry the level holds

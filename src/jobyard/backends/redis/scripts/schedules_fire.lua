@@ -2,7 +2,7 @@
 -- job, together, only if the schedule still waits for this tick (so of many workers racing for
 -- the tick exactly one fires it).
 --
--- KEYS: the 16 keys of the job's queue (see _lib.lua); [14] the schedule's hash; then, when
+-- KEYS: the 16 keys of the job's queue (see _base.lua); [14] the schedule's hash; then, when
 --       ARGV[6] is "1" (a single Redis node): the job sequence, the queue registry set and the
 --       queue's wake list.
 -- ARGV: [1] now, "" = Redis TIME   [2] fire_at (the tick)   [3] next_at (the following tick)

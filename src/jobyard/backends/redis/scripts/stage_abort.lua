@@ -3,7 +3,7 @@
 -- hid their range, so they go as if they had never been written. The caller made sure the
 -- batch cannot be committed any more (batch_decide.lua, batches_reap.lua).
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] batch id   [2] lo   [3] hi (the batch's numbers)   [4] at most this many jobs
 --       deleted per call (all groups)   [5] seconds the stage's tombstone is kept
 -- Touches: per group the stage's hash (state "aborted", expiring after ARGV[5]: a slice that

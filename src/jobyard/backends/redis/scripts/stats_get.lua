@@ -1,6 +1,6 @@
 -- stats_get.lua: counts by state for one or more queues.
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua).
+-- KEYS: the 16 keys of each queue group (see _base.lua).
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups
 -- Touches: nothing (ZCARD and ZCOUNT on the state indexes and held; the jobs of batches still
 --          staged are left out of the waiting and pending counts: see "Staged batches" in

@@ -1,6 +1,6 @@
 -- throughput_get.lua: the throughput history of one or more queues (Backend.throughput_get).
 --
--- KEYS: the 16 keys of each queue group (see _lib.lua); the hashes read are built from each
+-- KEYS: the 16 keys of each queue group (see _base.lua); the hashes read are built from each
 --       group's base, "<base>tp:<hour>", on its slot.
 -- ARGV: [1] now, "" = Redis TIME   [2] number of groups   [3] seconds of history wanted, at
 --       most TP_KEEP minus an hour (so a frozen test clock, which key TTLs ignore, reads what
