@@ -137,6 +137,11 @@ def test_the_claim_reads_the_claim_index(
     text = plan(connect, Q.jobs_claim, params)
     assert "Index Scan using jobs_pending_claim" in text
     assert "jobs_completed" not in text
+    # the open-gate claim too, in the index's order (no sort of the pending jobs)
+    open_params = {k: v for k, v in params.items() if k != "locked"}
+    text = plan(connect, Q.jobs_claim_open, open_params)
+    assert "Index Scan using jobs_pending_claim" in text, text
+    assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
 
 
 def test_a_fair_claim_reads_the_claim_index_in_order(
