@@ -82,3 +82,11 @@ AS $$
     GROUP BY l.queue
     HAVING min(coalesce(CASE WHEN f.run_at <= now THEN f.run_at END, later.run_at)) IS NOT NULL
 $$;
+
+-- The counts of the pending and running jobs (jobyard_live_counts, 0010_dead_lines.sql) read
+-- the claim index and the running queue index only (index-only scans): no heap page of a
+-- pending job once the store's own tidy has vacuumed the partition (store_tidy, which the
+-- workers' maintenance runs; autovacuum may be off), about 0.2 us per job. Their plan's cost
+-- grows with the backlog and passes jit_above_cost past about 1.5 million pending jobs, where
+-- compiling it would cost more than the count: never compiled.
+ALTER FUNCTION jobyard_live_counts(text[]) SET jit = off;
