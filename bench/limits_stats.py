@@ -3,7 +3,7 @@
 limited queue holds a large backlog (issue 20).
 
     python bench/limits_stats.py --backend {sqlite,postgres,redis,redis_cluster}
-        [--pending 200000] [--samples 30] [--rounds 3] [--tidy] [--compare SRC ...]
+        [--pending 200000] [--samples 30] [--rounds 3] [--tidy] [--fair] [--compare SRC ...]
 
 1. A fresh store per code tree (``--compare``: each a ``src`` directory, e.g. main's and a
    branch's; default this tree's), made as ``bench/throughput.py`` makes them (a temp file, a
@@ -13,7 +13,9 @@ limited queue holds a large backlog (issue 20).
    them ``sms`` (job limits ``rate_limit="100/s"``, ``key_concurrency=1``,
    ``key_rate_limit="5/s"``) over 1,000 keys, a quarter ``mail`` (``rate_limit="10/s"``, no
    key), a quarter ``report`` (no limit, no key); then claims until the gate lets no more
-   start (some keys and both job rates at their limit). With ``--tidy``, then the store's own
+   start (some keys and both job rates at their limit). With ``--fair`` the queue is fair
+   too (its jobs take turns between keys: 1,001 keys, the keyless jobs one of them). With
+   ``--tidy``, then the store's own
    housekeeping once (``store_tidy``, which every worker's maintenance runs: on PostgreSQL a
    vacuum of the partitions that grew, after which the counts read no heap page; without it,
    what a reader pays before any worker has tidied, e.g. a backlog enqueued while none runs).
@@ -44,7 +46,7 @@ BATCH = 2000
 KEYS = 1000
 
 
-def fill(url: str, pending: int, tidy: bool) -> None:
+def fill(url: str, pending: int, tidy: bool, fair: bool) -> None:
     """The backlog of step 1 (this tree's code)."""
     import jobyard
     from jobyard.backends.base import (
@@ -61,7 +63,9 @@ def fill(url: str, pending: int, tidy: bool) -> None:
     app = jobyard.App(url)
     if url.startswith("postgres"):
         app.migrate()
-    app.configure_queue("bulk", max_concurrency=64, rate_limit="1000/s", key_concurrency=2)
+    app.configure_queue(
+        "bulk", max_concurrency=64, rate_limit="1000/s", key_concurrency=2, fair=fair
+    )
     sms = QueueLimits(rate=Rate(100), key_concurrency=1, key_rate=Rate(5))
     mail = QueueLimits(rate=Rate(10))
     backend = app.backend
@@ -129,12 +133,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tidy", action="store_true", help="store_tidy once after the fill")
+    parser.add_argument("--fair", action="store_true", help="a fair queue")
     parser.add_argument("--compare", nargs="*", default=[str(ROOT / "src")])
     parser.add_argument("--fill", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--time", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fill:
-        fill(args.fill, args.pending, args.tidy)
+        fill(args.fill, args.pending, args.tidy, args.fair)
         return
     if args.time:
         time_reads(args.time, args.samples)
@@ -151,7 +156,8 @@ def main() -> None:
         # a server of the run's own, so the old full read does not load the shared one.
         urls = {src: stack.enter_context(store(args.backend, False)) for src in args.compare}
         for src, url in urls.items():
-            child(src, "--fill", url, "--pending", str(args.pending), *(["--tidy"] * args.tidy))
+            flags = ["--tidy"] * args.tidy + ["--fair"] * args.fair
+            child(src, "--fill", url, "--pending", str(args.pending), *flags)
         figures: dict[str, dict[str, list[float]]] = {src: {} for src in args.compare}
         for r in range(args.rounds):
             order = args.compare[r % len(args.compare) :] + args.compare[: r % len(args.compare)]
