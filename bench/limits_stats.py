@@ -1,8 +1,9 @@
-"""What the limits' state costs a reader (``limits_stats``: ``jobyard status``, the dashboard's
-overview, a ``/metrics`` scrape) when a limited queue holds a large backlog (issue 20).
+"""What the limits' state and the queues' stats cost a reader (``limits_stats`` and
+``stats_get``: ``jobyard status``, the dashboard's overview, a ``/metrics`` scrape) when a
+limited queue holds a large backlog (issue 20).
 
     python bench/limits_stats.py --backend {sqlite,postgres,redis,redis_cluster}
-        [--pending 200000] [--samples 30] [--rounds 3] [--compare SRC ...]
+        [--pending 200000] [--samples 30] [--rounds 3] [--tidy] [--fair] [--compare SRC ...]
 
 1. A fresh store per code tree (``--compare``: each a ``src`` directory, e.g. main's and a
    branch's; default this tree's), made as ``bench/throughput.py`` makes them (a temp file, a
@@ -12,10 +13,15 @@ overview, a ``/metrics`` scrape) when a limited queue holds a large backlog (iss
    them ``sms`` (job limits ``rate_limit="100/s"``, ``key_concurrency=1``,
    ``key_rate_limit="5/s"``) over 1,000 keys, a quarter ``mail`` (``rate_limit="10/s"``, no
    key), a quarter ``report`` (no limit, no key); then claims until the gate lets no more
-   start (some keys and both job rates at their limit).
+   start (some keys and both job rates at their limit). With ``--fair`` the queue is fair
+   too (its jobs take turns between keys: 1,001 keys, the keyless jobs one of them). With
+   ``--tidy``, then the store's own
+   housekeeping once (``store_tidy``, which every worker's maintenance runs: on PostgreSQL a
+   vacuum of the partitions that grew, after which the counts read no heap page; without it,
+   what a reader pays before any worker has tidied, e.g. a backlog enqueued while none runs).
 2. In a process of its own per tree, on its store, the trees alternately, ``--rounds`` times:
-   time ``--samples`` calls each of ``limits_stats`` alone, the store reads of a ``/metrics``
-   scrape (``web.metrics.read_store``) and of the dashboard's overview
+   time ``--samples`` calls each of ``limits_stats`` and ``stats_get`` alone, the store reads
+   of a ``/metrics`` scrape (``web.metrics.read_store``) and of the dashboard's overview
    (``web._data.overview``).
 
 Prints ``name: value unit`` lines per tree: the median over the rounds of each round's p50 and
@@ -40,7 +46,7 @@ BATCH = 2000
 KEYS = 1000
 
 
-def fill(url: str, pending: int) -> None:
+def fill(url: str, pending: int, tidy: bool, fair: bool) -> None:
     """The backlog of step 1 (this tree's code)."""
     import jobyard
     from jobyard.backends.base import (
@@ -51,12 +57,15 @@ def fill(url: str, pending: int) -> None:
         NewJob,
         QueueLimits,
         Rate,
+        StoreTidyParams,
     )
 
     app = jobyard.App(url)
     if url.startswith("postgres"):
         app.migrate()
-    app.configure_queue("bulk", max_concurrency=64, rate_limit="1000/s", key_concurrency=2)
+    app.configure_queue(
+        "bulk", max_concurrency=64, rate_limit="1000/s", key_concurrency=2, fair=fair
+    )
     sms = QueueLimits(rate=Rate(100), key_concurrency=1, key_rate=Rate(5))
     mail = QueueLimits(rate=Rate(10))
     backend = app.backend
@@ -80,18 +89,22 @@ def fill(url: str, pending: int) -> None:
         if started >= 64:
             break
     log(f"filled {pending:,} pending, {started} running, in {time.monotonic() - t0:.0f} s")
+    if tidy:
+        for line in backend.store_tidy(StoreTidyParams()):
+            log(f"tidied: {line}")
     app.close()
 
 
 def time_reads(url: str, samples: int) -> None:
     """Step 2 in this process: p50 and p95 of each read, as ``name: value ms`` lines."""
     import jobyard
-    from jobyard.backends.base import LimitsStatsParams
+    from jobyard.backends.base import LimitsStatsParams, StatsParams
     from jobyard.web import _data, metrics
 
     app = jobyard.App(url)
     reads = {
         "limits_stats": lambda: app.backend.limits_stats(LimitsStatsParams()),
+        "stats_get": lambda: app.backend.stats_get(StatsParams()),  # as app.stats() asks
         "metrics_store": lambda: metrics.read_store(app),
         "overview_store": lambda: _data.overview(app, None, 3600.0, 60),
     }
@@ -119,12 +132,14 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=200_000)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tidy", action="store_true", help="store_tidy once after the fill")
+    parser.add_argument("--fair", action="store_true", help="a fair queue")
     parser.add_argument("--compare", nargs="*", default=[str(ROOT / "src")])
     parser.add_argument("--fill", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--time", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fill:
-        fill(args.fill, args.pending)
+        fill(args.fill, args.pending, args.tidy, args.fair)
         return
     if args.time:
         time_reads(args.time, args.samples)
@@ -141,7 +156,8 @@ def main() -> None:
         # a server of the run's own, so the old full read does not load the shared one.
         urls = {src: stack.enter_context(store(args.backend, False)) for src in args.compare}
         for src, url in urls.items():
-            child(src, "--fill", url, "--pending", str(args.pending))
+            flags = ["--tidy"] * args.tidy + ["--fair"] * args.fair
+            child(src, "--fill", url, "--pending", str(args.pending), *flags)
         figures: dict[str, dict[str, list[float]]] = {src: {} for src in args.compare}
         for r in range(args.rounds):
             order = args.compare[r % len(args.compare) :] + args.compare[: r % len(args.compare)]

@@ -3,7 +3,8 @@
 ``jobs_ack`` and ``leases_reap`` add each completed and failed job to its queue's minute in the
 store (``throughput_get``), so another App on the same store (a restarted dashboard) reads the
 same history; ``jobs_expire`` drops minutes past ``THROUGHPUT_KEEP``. ``stats_get`` tells the
-run_at of each queue's oldest due pending job.
+run_at of each queue's oldest due pending job: the earliest of its priority levels' heads of the
+line (the first due job in claim order), which outside fair queues is the oldest due job.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 import jobyard
 from jobyard.backends.base import (
+    FAIR_TURN,
     THROUGHPUT_KEEP,
     Backend,
     JobsAckParams,
@@ -22,6 +24,8 @@ from jobyard.backends.base import (
     JobsInsertParams,
     NewJob,
     Outcome,
+    QueueConfig,
+    QueueLimits,
     StatsParams,
     ThroughputMinute,
     ThroughputParams,
@@ -143,3 +147,68 @@ def test_stats_tell_the_oldest_due_pending_job(
     assert backend.stats_get(StatsParams(["b"]))[0].oldest_pending_at == pytest.approx(
         T0 + 70, abs=1e-3
     )
+
+
+def oldest_at(backend: Backend, queue: str) -> float | None:
+    (stats,) = backend.stats_get(StatsParams([queue]))
+    return stats.oldest_pending_at
+
+
+def test_a_fair_queue_tells_the_head_of_its_line(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a fair queue: key A's first round of jobs due now, and behind them, in A's next
+    # round, a job that was due earlier (its run_at set in the past)
+    backend.queues_configure(QueueConfig("f", limits=QueueLimits(fair=True)))
+    clock.advance(10)
+    backend.jobs_insert(JobsInsertParams([new("f", key="A") for _ in range(FAIR_TURN)]))
+    backend.jobs_insert(JobsInsertParams([new("f", key="A", run_at=T0 - 100)]))
+    # then the queue tells the run_at of the head of its line, the job the claim takes first,
+    # not of the job further back that was due earlier (finding that one reads every round)
+    assert oldest_at(backend, "f") == pytest.approx(T0 + 10, abs=1e-3)
+    (first,) = backend.jobs_claim(JobsClaimParams("w", ["f"], 1))
+    assert first.run_at == pytest.approx(T0 + 10, abs=1e-3)
+    # and once A's first round is taken, that job heads the line
+    assert len(backend.jobs_claim(JobsClaimParams("w", ["f"], FAIR_TURN - 1))) == FAIR_TURN - 1
+    assert oldest_at(backend, "f") == pytest.approx(T0 - 100, abs=1e-3)
+    # a higher priority level's head counts too: the earliest of the heads is told
+    clock.advance(10)
+    backend.jobs_insert(JobsInsertParams([new("f", key="B", priority=5)]))
+    assert oldest_at(backend, "f") == pytest.approx(T0 - 100, abs=1e-3)
+    (urgent,) = backend.jobs_claim(JobsClaimParams("w", ["f"], 1))
+    assert urgent.run_at == pytest.approx(T0 + 20, abs=1e-3)
+
+
+def test_a_fair_round_with_nothing_due_does_not_hide_a_due_job_behind_it(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a fair queue whose key A has a round of jobs due in ten minutes, then a job due now
+    backend.queues_configure(QueueConfig("f", limits=QueueLimits(fair=True)))
+    backend.jobs_insert(JobsInsertParams([new("f", key="A", delay=600) for _ in range(FAIR_TURN)]))
+    clock.advance(10)
+    backend.jobs_insert(JobsInsertParams([new("f", key="A")]))
+    # then the due one is told (the claim takes it), wherever its round stands
+    assert oldest_at(backend, "f") == pytest.approx(T0 + 10, abs=1e-3)
+    (due,) = backend.jobs_claim(JobsClaimParams("w", ["f"], FAIR_TURN))
+    assert due.run_at == pytest.approx(T0 + 10, abs=1e-3)
+    # and with only jobs not yet due, nothing is
+    assert oldest_at(backend, "f") is None
+    clock.advance(600)
+    assert oldest_at(backend, "f") == pytest.approx(T0 + 600, abs=1e-3)
+
+
+def test_a_plain_queue_tells_its_oldest_due_job_behind_jobs_not_due(
+    backend: Backend, clock: jobyard.FrozenClock
+) -> None:
+    # given a plain queue's level holding jobs not yet due, then due ones enqueued later with
+    # run_at values out of order
+    backend.jobs_insert(JobsInsertParams([new("p", delay=600) for _ in range(3)]))
+    clock.advance(10)
+    backend.jobs_insert(
+        JobsInsertParams([new("p"), new("p", run_at=T0 - 50), new("p", run_at=T0 + 5)])
+    )
+    # then its oldest due job is told exactly, and the claim takes it first
+    assert oldest_at(backend, "p") == pytest.approx(T0 - 50, abs=1e-3)
+    (first,) = backend.jobs_claim(JobsClaimParams("w", ["p"], 1))
+    assert first.run_at == pytest.approx(T0 - 50, abs=1e-3)
+    assert oldest_at(backend, "p") == pytest.approx(T0 + 5, abs=1e-3)

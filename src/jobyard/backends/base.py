@@ -297,9 +297,17 @@ class QueueStats:
     queue: str
     counts: dict[str, int]  # status -> jobs
     completed_last_minute: int
-    # The ``run_at`` of the queue's oldest due pending job (the one waiting longest since it
-    # became due), or None when no pending job is due: found by an index probe per priority
-    # level (Redis: the head of each ready zset), never by a scan.
+    # The ``run_at`` of the head of the queue's line: per priority level, the first due pending
+    # job in claim order (limits aside, the one the next claim of that level takes), the
+    # earliest of the levels; None when no pending job is due. Outside fair queues a level's
+    # claim order is by run_at, so this is the oldest due job, the one waiting longest since it
+    # became due. In a fair queue it is the oldest due job among those whose turn comes first
+    # (the lowest round holding due jobs; Redis: its first turn, in enqueue order): a job
+    # further back in the line may have been due earlier (a key's job enqueued with a past
+    # run_at behind its own backlog), and is not told until its round comes up. That is what
+    # "how long jobs wait" watches (the age of the jobs being served now), and it is found by
+    # a few index probes per level whatever the backlog, where the exact oldest would take a
+    # probe per round, or an index of its own written by every fair insert and claim.
     oldest_pending_at: float | None = None
 
 
@@ -1341,7 +1349,7 @@ class Backend(Protocol):
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
         """Per queue: counts by status, completions in the last minute and the run_at of the
-        oldest due pending job."""
+        head of its line (:attr:`QueueStats.oldest_pending_at`)."""
         ...
 
     def throughput_get(self, params: ThroughputParams) -> list[ThroughputMinute]:

@@ -838,32 +838,35 @@ class MemoryBackend:
             return sorted({r.rec.queue for r in self._rows.values() if r.rec.status in wanted})
 
     def stats_get(self, params: StatsParams) -> list[QueueStats]:
-        """Counts by status per queue."""
+        """Counts by status per queue; the head of each priority level's line is its first due
+        job in claim order (see :class:`QueueStats`)."""
         with self._lock:
             now = self._now()
             names = {r.rec.queue for r in self._rows.values()} | set(self._queues)
             if params.queues:
                 names &= set(params.queues)
             out = []
+            heads: dict[tuple[str, int], _Row] = {}  # (queue, priority) -> its line's head
+            for r in self._rows.values():
+                if r.rec.status == "pending" and r.rec.run_at <= now:
+                    level = (r.rec.queue, r.rec.priority)
+                    head = heads.get(level)
+                    if head is None or _claim_order(r) < _claim_order(head):
+                        heads[level] = r
+            oldest: dict[str, float] = {}
+            for (queue, _), head in heads.items():
+                oldest[queue] = min(oldest.get(queue, head.rec.run_at), head.rec.run_at)
             for name in sorted(names):
                 counts = dict.fromkeys(STATUSES, 0)
                 recent = 0
-                oldest: float | None = None
                 for r in self._rows.values():
                     if r.rec.queue != name:
                         continue
                     counts[r.rec.status] += 1
-                    due = r.rec.run_at
-                    if (
-                        r.rec.status == "pending"
-                        and due <= now
-                        and (oldest is None or due < oldest)
-                    ):
-                        oldest = due
                     fin = r.rec.finished_at
                     if r.rec.status == "completed" and fin is not None and fin >= now - 60:
                         recent += 1
-                out.append(QueueStats(name, counts, recent, oldest))
+                out.append(QueueStats(name, counts, recent, oldest.get(name)))
             return out
 
     # time and recurring jobs ------------------------------------------------------------------
