@@ -4,13 +4,16 @@ only the partitions they need."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
 
 import jobyard
+from jobyard.backends._sqlfiles import parse_blocks
 from jobyard.backends.base import (
     STATUSES,
     JobsAckParams,
@@ -189,3 +192,24 @@ def test_keys_that_utf8_cannot_hold_are_kept_exactly(backend: PostgresBackend) -
         assert rec is not None and (rec.idempotency_key, rec.parent_id) == (key, key)
     claimed = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
     assert sorted(c.parent_id or "" for c in claimed) == sorted(odd)
+
+
+def test_a_fair_turn_is_one_probe_keyless_or_keyed(
+    backend: PostgresBackend, sql: Sql, connect: Connect
+) -> None:
+    # given a fair queue holding 300 keyless and 300 keyed pending jobs
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    insert(backend, *[new() for _ in range(300)], *[new(key="k") for _ in range(300)])
+    # when a new job's turn is read (the insert's own fragment, as the insert runs it)
+    text = (resources.files("jobyard.backends.postgres") / "queries" / "jobs.sql").read_text()
+    fragment = parse_blocks(text)["_fair_turn"]
+    for key in (None, "k"):
+        query = (
+            f"SELECT {fragment} FROM (SELECT 'q'::text AS queue, %(key)s::text AS limit_key,"
+            " 1 AS ord) AS x, queues AS xq WHERE xq.name = x.queue"
+        )
+        got = plan(connect, query, {"key": key})
+        # then it reads the key's latest entry alone, backwards, for a keyless job too (the
+        # planner read every keyless entry and sorted them while the key was `IS NULL`)
+        assert "Index Scan Backward using jobs_pending_turns" in got, got
+        assert re.search(r"jobs_pending_turns on jobs_pending t .*rows=1 loops", got), got

@@ -18,15 +18,17 @@ FROM (
 -- name: _fair_turn
 -- (a fragment) A new job's turn: 0 unless its queue (the row xq) is fair; then start-time fair
 -- queueing: one after the key's latest pending job (keyless jobs take theirs as one more key),
--- never before the queue's current round, and one more for each earlier job of the key in the
+-- never before the queue's current turn (turn_round: the highest turn claimed; the claim goes
+-- by rounds of 4 turns, 0011), and one more for each earlier job of the key in the
 -- same batch (x.ord). Needs x (queue, limit_key, ord) and xq (the queue row, may be NULL).
+-- The key's latest turn is the last entry of jobs_pending_turns for (queue, key), read
+-- backwards; keyless jobs are the key '' there (0014_keyless_turns.sql: an equality, which
+-- `limit_key IS NULL` is not to the planner).
 CASE WHEN xq.fair THEN greatest(
-    coalesce(CASE WHEN x.limit_key IS NULL
-        THEN (SELECT max(t.turn) FROM jobs_pending AS t
-              WHERE t.queue = x.queue AND t.limit_key IS NULL AND t.turn > 0)
-        ELSE (SELECT max(t.turn) FROM jobs_pending AS t
-              WHERE t.queue = x.queue AND t.limit_key = x.limit_key AND t.turn > 0)
-    END, 0) + 1,
+    coalesce((SELECT t.turn FROM jobs_pending AS t
+              WHERE t.queue = x.queue AND coalesce(t.limit_key, '') = coalesce(x.limit_key, '')
+                AND t.turn > 0
+              ORDER BY t.turn DESC LIMIT 1), 0) + 1,
     xq.turn_round
 ) + row_number() OVER (PARTITION BY x.queue, x.limit_key ORDER BY x.ord) - 1
 ELSE 0 END
