@@ -1,7 +1,7 @@
 """What jobyard costs as its store fills with finished jobs.
 
     python bench/scale.py --backend {sqlite,postgres,redis} [--first 20000 --backlog 300000]
-        [--rounds 3]
+        [--rounds 5] [--warm 2000]
 
 Measured as a user would (the public API, ONE worker process ``-c 8``, no-op jobs), on one queue:
 
@@ -10,9 +10,9 @@ Measured as a user would (the public API, ONE worker process ``-c 8``, no-op job
 3. ``after`` and ``empty``, R rounds (``--rounds``): N1 jobs drained on this store, which holds
    N1 + N2 finished jobs (and N1 more each round), and N1 jobs drained on a fresh store of the
    same kind (a new schema, file or redis-server) with a worker of its own, warmed by a drain of
-   ``--warm`` jobs first (untimed: the filled store's worker is warm from the backlog). The two
-   drains of a round run one right after the other, in alternating order, the first round's
-   ``after`` right behind the backlog.
+   ``--warm`` jobs first (untimed: the filled store's worker is warm from the backlog). Both
+   stores' jobs are enqueued before either drain, and the two drains run a second apart, in
+   alternating order, the first round's ``after`` right behind the backlog.
 
 Each drain is enqueued while the queue is paused (``app.pause_queue``), then resumed, so the
 worker drains a full queue; its rate is timed from the jobs' own records: from the earliest
@@ -20,18 +20,18 @@ worker drains a full queue; its rate is timed from the jobs' own records: from t
 
 ``drain after / empty`` is the median of the R rounds' ratios: what a user sees of the history
 (the same drain, with and without 320,000 finished jobs stored), measured side by side. Until
-issue 18 this compared phase 3 with phase 1: one 1-3 s drain with another a minute later,
-the first of them including the worker's warm-up. On this shared 2-core machine a drain's rate
-follows the other work running beside it (one drain of a run went from 5,500/s to 10,200/s
-between runs): the ratio of two drains a minute apart ranged 0.5-1.7 while the CPU each job
-cost the store and the worker did not grow (bench/README.md, "Cost as the store fills",
-issue 18 §3). ``drain after / first`` (phase 3's first round against phase 1) is still
-printed for comparison.
+issue 18 this compared phase 3 with phase 1: one 1-3 s drain with another a minute later, the
+first of them including the worker's warm-up. On this shared 2-core machine a drain's rate
+follows the other work running beside it, and that ratio ranged 0.5-1.7 from run to run while
+what each job cost did not change (bench/README.md, "Cost as the store fills", issue 18 §3).
+``drain after / first`` (round 1's ``after`` against phase 1) is still printed beside it.
 
-``cpu per job``: the CPU time the worker process and the store's server (PostgreSQL: the server
-processes of the worker's own sessions; Redis: the whole redis-server; SQLite: none, it runs in
-the worker) spent per job over a drain, from the queue's resume to its end: what a job costs,
-whatever else the machine runs.
+``cpu per job`` (from /proc/<pid>/task/*/schedstat): the CPU time per job of the worker process
+and of the store's server processes that serve it (PostgreSQL: those of the worker's own
+sessions; Redis: the redis-server; SQLite runs in the worker), from the queue's resume to the
+drain's end: what a job costs, whatever else the machine runs. ``cpu wait per job``: the time
+those threads were runnable but waited for a CPU (held by the machine's other work, or by their
+own other threads): a drain slowed by its neighbours shows here, not in ``cpu per job``.
 
 Also printed (``name: value unit``): idle enqueue-to-start latency p50/p99 after phase 1 and
 after the rounds; ``app.stats()``, the newest 50 jobs (``app.jobs()``) and the newest 50 failed
@@ -67,7 +67,6 @@ from bench.throughput import start_worker, stop_worker, store
 
 BACKENDS = ("sqlite", "postgres", "redis")
 EDGE = 40  # jobs at each end of a phase whose records time it
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def enqueue(app: Any, noop: Any, n: int, batch: int = 1000) -> list[Any]:
@@ -90,13 +89,15 @@ def enqueue(app: Any, noop: Any, n: int, batch: int = 1000) -> list[Any]:
 @dataclass
 class Drained:
     rate: float  # jobs/s, from the jobs' records
-    cpu: float | None  # CPU seconds per job of the worker and the store's server, if known
+    cpu: Used | None  # per job: the worker's and the store server's CPU, and waits for one
 
 
-def drain(side: Side, n: int, timeout: float) -> Drained:
-    """Enqueue n jobs, let the worker drain them; jobs/s from the jobs' records."""
+def drain(side: Side, n: int, timeout: float, handles: list[Any] | None = None) -> Drained:
+    """Enqueue n jobs (unless ``handles`` says they are: enqueued, the queue paused), let the
+    worker drain them; jobs/s from the jobs' records."""
     app = side.app
-    handles = enqueue(app, side.noop, n)
+    if handles is None:
+        handles = enqueue(app, side.noop, n)
     first, last = handles[:EDGE], handles[EDGE:]
     cpu0 = side.cpu()
     app.pause_queue("bench", paused=False)
@@ -114,7 +115,7 @@ def drain(side: Side, n: int, timeout: float) -> Drained:
             log("warning: jobs left pending or running")
             break
         time.sleep(0.1)
-    cpu = None if cpu0 is None or cpu1 is None else cpu1.minus(cpu0) / n
+    cpu = None if cpu0 is None or cpu1 is None else cpu1.minus(cpu0).per(n)
     return Drained(n / records_span(first, last), cpu)
 
 
@@ -128,24 +129,71 @@ def counts(app: Any) -> dict[str, int]:
 # --- CPU spent per job -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Sched:
+    """Seconds on a CPU, and seconds runnable but waiting for one (the run queue: the time the
+    machine's other work held every CPU), of some threads (/proc/<pid>/task/*/schedstat)."""
+
+    ran: float = 0.0
+    waited: float = 0.0
+
+    def __add__(self, other: Sched) -> Sched:
+        return Sched(self.ran + other.ran, self.waited + other.waited)
+
+    def __sub__(self, other: Sched) -> Sched:
+        return Sched(self.ran - other.ran, self.waited - other.waited)
+
+    def per(self, n: int) -> Sched:
+        return Sched(self.ran / n, self.waited / n)
+
+
 @dataclass
 class CpuTimes:
-    by_pid: dict[int, float]  # CPU seconds of each process (/proc, user + system)
-    server: float  # CPU seconds a store server reports of itself (Redis), else 0
+    worker: dict[int, Sched]  # each worker process's threads, summed
+    server: dict[int, Sched]  # each store server process serving it
 
-    def minus(self, before: CpuTimes) -> float:
-        """CPU seconds spent since ``before``: a process that started since counts whole."""
-        own = sum(t - before.by_pid.get(pid, 0.0) for pid, t in self.by_pid.items())
-        return own + self.server - before.server
+    def minus(self, before: CpuTimes) -> Used:
+        """Spent since ``before``: a process that started since counts whole."""
+
+        def spent(now: dict[int, Sched], then: dict[int, Sched]) -> Sched:
+            out = Sched()
+            for pid, t in now.items():
+                out += t - then.get(pid, Sched())
+            return out
+
+        return Used(spent(self.worker, before.worker), spent(self.server, before.server))
 
 
-def _proc_cpu(pid: int) -> float | None:
+@dataclass(frozen=True)
+class Used:
+    worker: Sched
+    server: Sched
+
+    @property
+    def ran(self) -> float:
+        return self.worker.ran + self.server.ran
+
+    @property
+    def waited(self) -> float:
+        return self.worker.waited + self.server.waited
+
+    def per(self, n: int) -> Used:
+        return Used(self.worker.per(n), self.server.per(n))
+
+
+def _sched(pid: int) -> Sched | None:
+    """Every thread of process ``pid``: seconds on a CPU and in the run queue."""
+    total = Sched()
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+    for tid in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ran, waited = f.read().split()[:2]
+            total += Sched(int(ran) / 1e9, int(waited) / 1e9)
+    return total
 
 
 def _tree(root: int) -> list[int]:
@@ -190,22 +238,23 @@ class Side:
         self.worker = start_worker(args, worker_url, self.log_path)
 
     def cpu(self) -> CpuTimes | None:
-        """CPU seconds so far of the worker process(es) and the store server's work for it."""
+        """CPU and run-queue time so far of the worker process(es) and of the store server's
+        processes that serve it (PostgreSQL: its sessions; Redis: the redis-server)."""
         if not hasattr(self.worker, "pid"):
             return None
-        pids = _tree(self.worker.pid)
-        server = 0.0
+        server: list[int] = []
         if self.backend == "postgres":
             rows = psql(
                 f"SELECT pid FROM pg_stat_activity WHERE application_name = '{self.tag}'",
                 database="test",
             )
-            pids += [int(p) for p in rows.split()]
+            server = [int(p) for p in rows.split()]
         elif self.backend == "redis":
-            info = self.app.backend.client.info("cpu")
-            server = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-        by_pid = {pid: t for pid in pids if (t := _proc_cpu(pid)) is not None}
-        return CpuTimes(by_pid, server)
+            server = [int(self.app.backend.client.info("server")["process_id"])]
+        return CpuTimes(
+            {pid: t for pid in _tree(self.worker.pid) if (t := _sched(pid)) is not None},
+            {pid: t for pid in server if (t := _sched(pid)) is not None},
+        )
 
     def close(self) -> None:
         stop_worker(self.worker)
@@ -279,7 +328,10 @@ def store_size(backend: str, url: str, app: Any, finished: int, baseline: int) -
 def emit_drain(name: str, d: Drained, note: str) -> None:
     emit(f"drain {name}", d.rate, "jobs/s", note)
     if d.cpu is not None:
-        emit(f"cpu per job {name}", d.cpu * 1e6, "us")
+        c = d.cpu
+        note = f"worker {c.worker.ran * 1e6:.0f}, server {c.server.ran * 1e6:.0f}"
+        emit(f"cpu per job {name}", c.ran * 1e6, "us", note)
+        emit(f"cpu wait per job {name}", c.waited * 1e6, "us", "runnable, waiting for a CPU")
 
 
 def rounds(
@@ -294,16 +346,21 @@ def rounds(
         if r > 1:
             stack.close()  # the last round's fresh store and its worker
             empty = stack.enter_context(empty_side(args))
-        for what in ("after", "empty") if r % 2 else ("empty", "after"):
-            if what == "after":
+        order = (filled, empty) if r % 2 else (empty, filled)
+        # Both stores' jobs are enqueued (paused) before either drain, the second one's first,
+        # so that the two drains run a second apart (the resumed worker's next poll).
+        queued = {id(side): enqueue(side.app, side.noop, args.first) for side in order[::-1]}
+        for side in order:
+            handles = queued[id(side)]
+            if side is filled:
                 log(f"{args.backend}: round {r}, {args.first} jobs, {stored} finished stored")
-                d = drain(filled, args.first, args.drain_timeout)
+                d = drain(filled, args.first, args.drain_timeout, handles)
                 afters.append(d)
                 emit_drain(f"after {r}", d, f"{args.first} jobs, {stored} finished stored")
                 stored += args.first
             else:
                 log(f"{args.backend}: round {r}, {args.first} jobs on a fresh store")
-                d = drain(empty, args.first, args.drain_timeout)
+                d = drain(empty, args.first, args.drain_timeout, handles)
                 empties.append(d)
                 emit_drain(f"empty {r}", d, f"{args.first} jobs, a fresh store, warm worker")
         emit(f"drain after / empty {r}", afters[-1].rate / empties[-1].rate * 100.0, "%")
@@ -344,9 +401,10 @@ def run(args: argparse.Namespace, url: str) -> None:
         each = ", ".join(f"{x:.0f}" for x in ratios)
         emit("drain after / empty", statistics.median(ratios), "%", f"median of rounds: {each}")
         emit("drain after / first", afters[0].rate / first.rate * 100.0, "%", "round 1, cold")
-        cpus = [(a.cpu, e.cpu) for a, e in zip(afters, empties, strict=True)]
-        if all(a is not None and e is not None for a, e in cpus):
-            cpu_ratio = statistics.median(a / e for a, e in cpus if a and e)
+        pairs = zip(afters, empties, strict=True)
+        cpus = [(a.cpu.ran, e.cpu.ran) for a, e in pairs if a.cpu and e.cpu]
+        if cpus:
+            cpu_ratio = statistics.median(a / e for a, e in cpus)
             emit("cpu per job after / empty", cpu_ratio * 100.0, "%", "median of rounds")
         lat = latency(stamp, args.latency_samples)
         emit("latency after p50", percentile(lat, 50), "ms")
