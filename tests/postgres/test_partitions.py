@@ -25,10 +25,11 @@ from jobyard.backends.base import (
     QueueConfig,
     QueueLimits,
 )
+from jobyard.backends.postgres._connect import parse_url
 from jobyard.backends.postgres._sql import Q
 from jobyard.backends.postgres.backend import PostgresBackend
 from jobyard.worker.reaper import reap
-from tests.postgres.conftest import insert, new
+from tests.postgres.conftest import T0, insert, new
 
 Sql = Callable[..., list[tuple[Any, ...]]]
 Connect = Callable[..., psycopg.Connection[Any]]
@@ -91,11 +92,20 @@ def plan(connect: Connect, query: str, params: dict[str, Any], *, fence: bool = 
     conn.execute("SET plan_cache_mode = force_generic_plan")
     if fence:  # here for the session; the backend's is transaction-local, in one pipeline
         conn.execute(Q.purge_fence.replace("true)", "false)"))
+    return plan_on(conn, query, params)
+
+
+def plan_on(
+    conn: psycopg.Connection[Any], query: str, params: dict[str, Any], *, costs: bool = False
+) -> str:
+    """EXPLAIN ANALYZE of ``query`` prepared on ``conn`` (as its session plans it); with
+    ``costs`` the estimates too, and what JIT compilation took (only printed with them)."""
     for n, name in enumerate(params, 1):  # psycopg placeholders to PREPARE's numbered ones
         query = query.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
     conn.execute(pgsql.SQL("PREPARE probe AS {}").format(pgsql.SQL(query)))
     placeholders = pgsql.SQL(", ").join(pgsql.Placeholder() for _ in params)
-    explain = pgsql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE probe ({})").format(placeholders)
+    options = pgsql.SQL("ANALYZE, COSTS ON" if costs else "ANALYZE, COSTS OFF")
+    explain = pgsql.SQL("EXPLAIN ({}) EXECUTE probe ({})").format(options, placeholders)
     rows = psycopg.ClientCursor(conn).execute(explain, list(params.values())).fetchall()
     return "\n".join(r[0] for r in rows)
 
@@ -128,7 +138,7 @@ def test_the_claim_reads_the_claim_index(
     backend: PostgresBackend, sql: Sql, connect: Connect
 ) -> None:
     insert(backend, *[new() for _ in range(50)])
-    sql("ANALYZE")
+    sql("ANALYZE jobs, queues, job_limits, limit_buckets")  # this schema's, not the database's
     params = {
         "now": None,
         "queues": ["q"],
@@ -167,6 +177,35 @@ def test_a_fair_claim_reads_the_claim_index_in_order(
     (scan,) = [line for line in text.splitlines() if "on jobs_pending j " in line]
     assert "Index Scan using jobs_pending_claim" in scan and "rows=5 " in scan, text
     assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
+
+
+def test_the_claim_is_not_compiled_however_large_the_backlog_the_statistics_show(
+    backend: PostgresBackend, sql: Sql, connect: Connect, url: str
+) -> None:
+    # given a backlog the server has statistics of (as a server's autoanalyze keeps them)
+    for _ in range(20):
+        insert(backend, *[new() for _ in range(1000)])
+    sql("VACUUM ANALYZE jobs_pending")
+    params = {
+        "now": T0,  # the backend's frozen clock, when the jobs are due
+        "queues": ["q"],
+        "limit": 72,
+        "worker_id": "w",
+        "async_commit": True,
+        "locked": False,
+    }
+    # then the claim's generic plan is estimated past jit_above_cost: a session with
+    # PostgreSQL's defaults compiles it at every execution (a quarter of a second here)
+    probe = connect(autocommit=True)
+    probe.execute("SET plan_cache_mode = force_generic_plan")
+    probe.execute("SET jit = on")
+    probe.execute("RESET jit_above_cost")
+    assert "JIT:" in plan_on(probe, Q.jobs_claim, params, costs=True)
+    # and a session opened as the store opens its pooled ones never compiles it
+    settings = parse_url(url)
+    with psycopg.connect(settings.conninfo, **settings.kwargs) as own:
+        text = plan_on(own, Q.jobs_claim, params, costs=True)
+    assert "JIT:" not in text and "Index Scan using jobs_pending_claim" in text
 
 
 def test_an_outcome_with_unstorable_text_is_stored_escaped(backend: PostgresBackend) -> None:

@@ -170,3 +170,50 @@ def test_a_partition_that_grew_is_vacuumed_so_the_planner_knows_its_size(
     assert (
         sql("SELECT reltuples FROM pg_class WHERE oid = to_regclass('jobs_pending')")[0][0] == 500
     )
+
+
+def test_a_drained_partition_is_vacuumed_past_min_dead_whatever_its_last_vacuum_guessed(
+    backend: PostgresBackend, sql: Callable[..., list[tuple[Any, ...]]]
+) -> None:
+    backlog, steps = 12_000, 6
+
+    def counted(inserted: int, deleted: int) -> bool:
+        # the pooled sessions report their counts at the end of a transaction, at most once a
+        # second (or after 10 s idle): keep them busy until the server has them all
+        backend.stats_get(StatsParams())
+        sql("SELECT pg_stat_clear_snapshot()")
+        rows = sql(
+            "SELECT n_tup_ins, n_tup_del FROM pg_stat_user_tables"
+            " WHERE relid = to_regclass('jobs_pending')"
+        )
+        return (int(rows[0][0]), int(rows[0][1])) == (inserted, deleted)
+
+    # given a backlog drained in steps with a vacuum after each, as the workers' tidy does: a
+    # vacuum skips the pages it found all-visible, those the last drain emptied among them, and
+    # counts them at the partition's old density
+    for _ in range(0, backlog, 1000):
+        backend.jobs_insert(JobsInsertParams([new() for _ in range(1000)]))
+    sql("VACUUM jobs_pending")
+    for step in range(1, steps + 1):
+        left = backlog // steps
+        while left:
+            jobs = backend.jobs_claim(JobsClaimParams("w1", ["q"], min(left, 500)))
+            backend.jobs_ack(JobsAckParams([Outcome(j.id, j.token, "completed") for j in jobs]))
+            left -= len(jobs)
+        done = step * backlog // steps
+        wait_until(
+            lambda done=done: counted(backlog, done), timeout=30, interval=0.2, what="the counts"
+        )
+        sql("VACUUM (TRUNCATE false) jobs_pending")
+    guessed = sql(
+        "SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = to_regclass('jobs_pending')"
+    )[0][0]
+    assert sql("SELECT count(*) FROM jobs_pending")[0][0] == 0
+    assert guessed >= 1000, f"the premise: the server reckons {guessed} live rows"
+    # when a few hundred jobs pass through the empty partition
+    churn(backend, 300)
+    wait_until(lambda: counted(backlog + 300, backlog + 300), timeout=30, interval=0.2)
+    # then it is vacuumed past min_dead: its live rows are none, not the last vacuum's guess
+    # (which would have set the threshold past a thousand dead rows)
+    params = StoreTidyParams(min_dead=100, dead_fraction=1.0)
+    assert any(line.startswith("vacuumed jobs_pending (") for line in backend.store_tidy(params))

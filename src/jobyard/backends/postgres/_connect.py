@@ -152,6 +152,13 @@ def _parse_url(url: str) -> Settings:
     # to a handler gets the default back for its transaction (connection_acquire).
     options = str(given.get("options") or "")
     options += " -c plan_cache_mode=force_generic_plan"
+    # No JIT compilation: a generic plan is compiled afresh at every execution once its
+    # estimated cost passes jit_above_cost, and with the statistics an ANALYZE leaves (a
+    # server's autoanalyze) the claim's estimate grows with the pending rows, past that mark
+    # from about 12,000 of them (and past the inlining and optimizing marks from 60,000): each
+    # claim then spent 0.1-4 s compiling what runs in a few milliseconds (bench/README.md,
+    # "Cost as the store fills", issue 18 §3). Also off for a handler's lent transaction.
+    options += " -c jit=off"
     if "application_name" not in given:
         kwargs["application_name"] = "jobyard"
     if "connect_timeout" not in given:

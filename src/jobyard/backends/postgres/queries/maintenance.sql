@@ -15,8 +15,16 @@ SELECT pg_advisory_unlock(hashtextextended(%(key)s::text, 0));
 -- name: tidy_dead
 -- Dead, live and inserted-since-the-last-vacuum rows of the tables that churn (the statistics
 -- collector's figures, flushed by each session about once a second: estimates, which is all a
--- threshold needs).
-SELECT c.relname, s.n_dead_tup, s.n_live_tup, s.n_ins_since_vacuum
+-- threshold needs). Live rows: the lesser of n_live_tup and the rows ever inserted less those
+-- ever deleted. n_live_tup restarts from each vacuum's estimate, and a vacuum skips the pages
+-- it found all-visible (those a drain emptied among them: TRUNCATE false keeps them) and
+-- counts them at the table's old density: a pending partition drained of 300,000 jobs was
+-- still reckoned at 90,000 live rows, so its threshold waited for 23,000 dead ones, and the
+-- next drain's claims stepped over their index entries. The counters are exact but reset with
+-- the statistics (pg_stat_reset, a crash); either error only makes the threshold lower.
+SELECT c.relname, s.n_dead_tup,
+       least(s.n_live_tup, greatest(s.n_tup_ins - s.n_tup_del, 0)) AS n_live,
+       s.n_ins_since_vacuum
 FROM pg_stat_user_tables AS s
 JOIN pg_class AS c ON c.oid = s.relid
 WHERE s.relid IN (
