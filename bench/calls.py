@@ -3,13 +3,15 @@ most jobs/s bare threads (or coroutines) running the same handler body keep up o
 the ceiling a worker's slots can approach (as ``ceiling.py`` is for ``time.sleep`` alone).
 
     python bench/calls.py [--call redis,postgres,http] [-c 8] [--async-c 32] [--work-ms 1]
-        [--cpu-ms MS] [--seconds 3]
+        [--cpu-ms MS] [--seconds 3] [--processes P] [--threads-only]
 
 For each call (each on the target throughput.py would start for it, ``_common.call_target``):
 - ``<call> one call``: one thread, one call at a time: the median wall time of a call and the
   CPU time this process spent per call (the client's Python: what a handler holds the lock for);
 - ``<call> threads``: ``-c`` threads each running ``_calls.handle(work_ms, call, cpu_ms)`` in a
-  loop for ``--seconds``: jobs/s, and the share of ``-c x 1000 / work_ms`` with ``--work-ms``;
+  loop for ``--seconds``: jobs/s, the share of ``-c x 1000 / work_ms`` with ``--work-ms``, and the
+  process's CPU and voluntary context switches (wake-ups) per job; ``--processes P`` runs P such
+  processes side by side (as ``jobyard worker --processes P`` does), summed;
 - ``<call> async``: ``--async-c`` coroutines on one event loop running ``_calls.ahandle``.
 Then the HTTP server's own ceiling (``_httpd.py --ceiling``) when ``http`` is among the calls.
 """
@@ -29,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _calls
-from bench._common import BENCH_DIR, CALLS, call_target, emit, slot_capacity
+from bench._common import BENCH_DIR, CALLS, call_target, cpu_capacity, emit, slot_capacity
 
 
 def one_call(kind: str, n: int = 500) -> None:
@@ -45,13 +47,66 @@ def one_call(kind: str, n: int = 500) -> None:
     emit(f"{kind} one call", statistics.median(walls), "us", f"wall p50; {cpu:.0f} us CPU per call")
 
 
-def share(rate: float, slots: int, work_ms: float) -> str:
+def share(rate: float, slots: int, work_ms: float, cpu_ms: float = 0.0) -> str:
     capacity = slot_capacity(slots, work_ms)
-    return "" if capacity is None else f"; {100 * rate / capacity:.1f}% of {capacity:,.0f}/s"
+    text = "" if capacity is None else f"; {100 * rate / capacity:.1f}% of {capacity:,.0f}/s"
+    if cpu_ms > 0:
+        machine = cpu_capacity(cpu_ms)
+        text += f"; cpu_share {100 * rate / machine:.1f}% of {machine:,.0f}/s"
+    return text
 
 
-def threads(kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float) -> None:
-    """``n`` bare threads running the sync handler body."""
+def threads(
+    kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float, processes: int = 1
+) -> None:
+    """``n`` bare threads running the sync handler body; with ``processes`` > 1, that many
+    processes of ``n`` threads each, side by side (as ``jobyard worker --processes``)."""
+    if processes > 1:
+        return _threads_in_processes(kind, n, work_ms, cpu_ms, seconds, processes)
+    rate, cpu_us, woken = _run_threads(kind, n, work_ms, cpu_ms, seconds)
+    note = f"{n} threads{share(rate, n, work_ms, cpu_ms)}; {cpu_us:.0f} us CPU"
+    note += f", {woken:.2f} wake-ups per job"
+    emit(f"{kind or 'none'} threads", rate, "jobs/s", note)
+
+
+def _threads_in_processes(
+    kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float, processes: int
+) -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    start = time.time() + 2.0  # every process is up and has its client by then
+    with ctx.Pool(processes) as pool:
+        got = pool.starmap(
+            _threads_at, [(kind, n, work_ms, cpu_ms, seconds, start)] * processes, chunksize=1
+        )
+    rate = sum(r for r, _, _ in got)
+    cpu_us = sum(r * c for r, c, _ in got) / rate
+    woken = sum(r * w for r, _, w in got) / rate
+    each = ", ".join(f"{r:,.0f}" for r, _, _ in got)
+    slots = n * processes
+    note = (
+        f"{processes} processes x {n} threads ({each}/s){share(rate, slots, work_ms, cpu_ms)};"
+        f" {cpu_us:.0f} us CPU, {woken:.2f} wake-ups per job"
+    )
+    emit(f"{kind or 'none'} threads", rate, "jobs/s", note)
+
+
+def _threads_at(
+    kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float, start: float
+) -> tuple[float, float, float]:
+    """In a process of the pool: the threads, started at the epoch second ``start``."""
+    _calls.call(kind)  # the client and its first connection
+    time.sleep(max(0.0, start - time.time()))
+    return _run_threads(kind, n, work_ms, cpu_ms, seconds)
+
+
+def _run_threads(
+    kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float
+) -> tuple[float, float, float]:
+    """(jobs/s, this process's CPU in us per job, its voluntary context switches per job)."""
+    import resource
+
     done = [0] * n
     start = threading.Barrier(n + 1)
     end = 0.0
@@ -65,12 +120,15 @@ def threads(kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float) ->
     workers = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for w in workers:
         w.start()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     end = time.perf_counter() + seconds
     start.wait()
     for w in workers:
         w.join()
-    rate = sum(done) / seconds
-    emit(f"{kind} threads", rate, "jobs/s", f"{n} threads{share(rate, n, work_ms)}")
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    jobs = max(sum(done), 1)
+    cpu = after.ru_utime + after.ru_stime - usage.ru_utime - usage.ru_stime
+    return jobs / seconds, 1e6 * cpu / jobs, (after.ru_nvcsw - usage.ru_nvcsw) / jobs
 
 
 def coroutines(kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float) -> None:
@@ -95,20 +153,32 @@ def coroutines(kind: str, n: int, work_ms: float, cpu_ms: float, seconds: float)
             await clients.aclose()
 
     rate = asyncio.run(main()) / seconds
-    emit(f"{kind} async", rate, "jobs/s", f"{n} coroutines{share(rate, n, work_ms)}")
+    emit(f"{kind} async", rate, "jobs/s", f"{n} coroutines{share(rate, n, work_ms, cpu_ms)}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--call", default=",".join(CALLS), help="comma-separated: redis,postgres,http")
+    p.add_argument(
+        "--call",
+        default=",".join(CALLS),
+        help="comma-separated: redis,postgres,http, or none (the wait alone)",
+    )
     p.add_argument("--concurrency", "-c", type=int, default=8, help="threads")
     p.add_argument("--async-c", type=int, default=32, help="coroutines")
     p.add_argument("--work-ms", type=float, default=1.0, metavar="MS")
     p.add_argument("--cpu-ms", type=float, default=0.0, metavar="MS")
     p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="bare threads: this many processes of -c threads each, side by side",
+    )
+    p.add_argument("--threads-only", action="store_true", help="only the bare threads' line")
     args = p.parse_args()
     kinds = [k.strip() for k in args.call.split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in CALLS]
+    kinds = ["" if k == "none" else k for k in kinds]  # none: the wait (and loop) alone
+    unknown = [k for k in kinds if k and k not in CALLS]
     if unknown:
         p.error(f"unknown call {unknown[0]!r}; one of {', '.join(CALLS)}")
     print(
@@ -120,11 +190,13 @@ def main() -> None:
     for kind in kinds:
         with call_target(kind) as url:
             os.environ["BENCH_CALL_URL"] = url
-            one_call(kind)
-            threads(kind, args.concurrency, args.work_ms, args.cpu_ms, args.seconds)
-            coroutines(kind, args.async_c, args.work_ms, args.cpu_ms, args.seconds)
+            if kind and not args.threads_only:
+                one_call(kind)
+            threads(kind, args.concurrency, args.work_ms, args.cpu_ms, args.seconds, args.processes)
+            if kind and not args.threads_only:
+                coroutines(kind, args.async_c, args.work_ms, args.cpu_ms, args.seconds)
             _calls.close_clients()
-    if "http" in kinds:
+    if "http" in kinds and not args.threads_only:
         subprocess.run([sys.executable, str(BENCH_DIR / "_httpd.py"), "--ceiling"], check=True)
 
 

@@ -13,11 +13,16 @@ without the extra (or with ``JOBYARD_TRACING=off``) nothing changes and nothing 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from .backends.base import ClaimedJob, Outcome
 
 OFF = ("off", "0", "false", "no")
+# Seconds between two looks for an SDK while none is configured: the API's look reads the
+# environment (an os.environ lookup), a sixth of a no-op job's Python on the handler's thread
+# when made per attempt. A provider set while the worker runs is seen within this time.
+LOOK_EVERY = 1.0
 
 
 def make() -> Tracing | None:
@@ -41,8 +46,10 @@ class Tracing:
         self._tracer = trace.get_tracer("jobyard")
         # What the API hands out until an SDK is configured: spans of it record nothing, so an
         # attempt skips them (a program that has the API only through another library pays
-        # one look per attempt).
+        # one look a second, see LOOK_EVERY). A provider, once set, is set for good.
         self._unset = trace.ProxyTracerProvider
+        self._on = False
+        self._look_at = 0.0  # monotonic: the next look for a provider while none is set
 
     def inject(self) -> dict[str, str]:
         """The current trace context as text (empty when there is no span: most enqueues of
@@ -55,8 +62,14 @@ class Tracing:
     def attempt(self, job: ClaimedJob, carrier: Any) -> Attempt | None:
         """The span of one attempt of ``job``, the child of the context it carries; None while
         no SDK is configured (nothing would record it)."""
-        if type(self._trace.get_tracer_provider()) is self._unset:
-            return None
+        if not self._on:
+            now = time.monotonic()
+            if now < self._look_at:
+                return None
+            if type(self._trace.get_tracer_provider()) is self._unset:
+                self._look_at = now + LOOK_EVERY
+                return None
+            self._on = True
         parent = None
         if isinstance(carrier, dict) and carrier:
             parent = self._propagate.extract({str(k): str(v) for k, v in carrier.items()})

@@ -67,15 +67,17 @@ class Hooks:
 
     def __init__(self) -> None:
         self._hooks: dict[str, list[Hook]] = {kind: [] for kind in self.KINDS}
+        self._count = 0  # hooks of every kind: asked once per job run, so kept, not counted
 
     def add(self, kind: str, fn: Hook) -> None:
         """Register ``fn`` to run at ``kind``."""
         if not callable(fn):
             raise TypeError(f"a {kind} hook must be callable, got {fn!r}")
         self._hooks[kind].append(fn)
+        self._count += 1
 
     def __bool__(self) -> bool:
-        return any(self._hooks.values())
+        return self._count > 0
 
     def wants(self, kind: str) -> bool:
         """True when some hook of ``kind`` is registered (so its event is worth building)."""

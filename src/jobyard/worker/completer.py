@@ -2,9 +2,14 @@
 
 A single thread takes every outcome queued since its last write and acknowledges them in one
 round trip. An idle worker acknowledges a lone job at once; under load, writes are at least
-``MIN_GAP`` apart, so the batches grow and the store's round trips go to claims instead. The
-handler slots do not wait for acknowledgements (the lease and the fencing token protect a late
-one), so the gap costs no throughput.
+``MIN_GAP`` apart, so the batches grow and the store's round trips go to claims instead, unless
+``FULL`` outcomes are waiting: those are written at once. The handler slots do not wait for
+acknowledgements (the lease and the fencing token protect a late one), so the gap costs no
+throughput; it costs a finished job's outcome at most ``MIN_GAP`` before it is written, under
+load. A write costs the worker's process about 0.15 ms of CPU on this machine whatever it
+carries, and the store's server a fixed part too: with 1 ms handlers that call Redis themselves,
+writes of ~60 outcomes instead of ~26 took a fifth off the worker's and the server's CPU per
+job (issue 18).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from ._retrying import call_with_retry
 log = logging.getLogger("jobyard.worker")
 
 MAX_BATCH = 500
-MIN_GAP = 0.004  # seconds between the starts of two writes
+MIN_GAP = 0.01  # seconds between the starts of two writes, under load
+FULL = 64  # outcomes waiting that are written at once, whatever the gap
 
 
 class Completer:
@@ -44,10 +50,14 @@ class Completer:
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopped = stopped
+        self._full = threading.Event()  # FULL outcomes wait: the gap is cut short
 
     def put(self, outcome: Outcome) -> None:
         """Queue one outcome for the next batch."""
-        self._queue.put(outcome)
+        waiting = self._queue
+        waiting.put(outcome)
+        if waiting.qsize() >= FULL and not self._full.is_set():
+            self._full.set()
 
     def start(self) -> None:
         """Start the writer thread (safe to call twice)."""
@@ -59,6 +69,7 @@ class Completer:
         """Write what is queued, then stop (safe to call twice)."""
         if self._thread is not None:
             self._queue.put(None)
+            self._full.set()
             self._thread.join(timeout)
             self._thread = None
 
@@ -74,8 +85,9 @@ class Completer:
                     return
                 batch.append(first)
             gap = MIN_GAP - (time.monotonic() - last)
-            if gap > 0:
-                time.sleep(gap)  # busy: let this batch grow rather than write one outcome
+            if gap > 0 and len(batch) + self._queue.qsize() < FULL:
+                self._full.wait(gap)  # busy: let this batch grow rather than write one outcome
+            self._full.clear()
             ids = {o.id for o in batch}
             while not done and len(batch) < MAX_BATCH:
                 try:

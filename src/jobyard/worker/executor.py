@@ -130,9 +130,10 @@ def current_job() -> JobContext:
     return _current.get()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
-    """A resolved job, ready to call."""
+    """A resolved job, ready to call (not frozen: one is made for every job run, and a frozen
+    dataclass costs three times as much to make)."""
 
     func: Callable[..., Any]
     is_async: bool
@@ -620,6 +621,13 @@ class Pipeline:
     def record(self, job: ClaimedJob, outcome: Outcome, seconds: float | None) -> None:
         """One log line for the outcome (INFO for failures, DEBUG otherwise), the ``Finished``
         event, then the hooks."""
+        if (
+            outcome.kind == "completed"
+            and not self.events.active
+            and not self.hooks
+            and not jobs_log.isEnabledFor(logging.DEBUG)
+        ):
+            return  # nothing to tell (most jobs of a worker that logs at INFO)
         word = outcome_name(job, outcome)
         level = logging.DEBUG if word in ("completed", "released") else logging.INFO
         if jobs_log.isEnabledFor(level):

@@ -52,7 +52,7 @@ from ..job import JobFunction, check_name
 from . import executor, heartbeat, recurring
 from ._cpu import check_cpu, pin_process
 from ._held import Running
-from ._slots import HOLD, Pace
+from ._slots import HOLD, PER_SLOT, Pace
 from .completer import Completer
 from .ledger import Ledger
 from .maintenance import Maintenance, Ticker
@@ -113,8 +113,8 @@ class Worker:
         self.pace = Pace(concurrency, None if prefetch is None else max(prefetch, 0), hold)
         # Outcomes waiting for their acknowledgement beyond this stop the claims: a store that
         # cannot keep up with the acks is not handed more work.
-        # (Twice the slots plus the largest adaptive buffer, 8 per slot.)
-        self._backlog = max(18 * concurrency, 64)
+        # (Twice the slots plus the largest adaptive buffer, PER_SLOT per slot.)
+        self._backlog = max(2 * (1 + PER_SLOT) * concurrency, 64)
         self._threads_wanted = 1 if all_async else concurrency
         self.grace = grace
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -365,7 +365,7 @@ class Worker:
         with self._lock:
             self.ledger.held -= 1
             if seconds is not None:
-                self.pace.finished(seconds)
+                self.pace.finished(seconds, time.monotonic())
             wake = self._wanted_locked() > 0
         if wake and not self._slot_freed.is_set():
             self._slot_freed.set()
