@@ -186,17 +186,31 @@ def test_a_fair_queue_goes_to_the_general_insert_and_claim(
     assert got.id == job and ran(backend)[-2:] == [CLAIM_ONE, "jobs_claim"]
 
 
-def test_a_closed_gate_goes_to_the_general_claim(node: Callable[[], RedisBackend]) -> None:
-    # given a queue whose rate admits one start at a time, and two due jobs
+def test_a_key_limit_goes_to_the_general_claim(node: Callable[[], RedisBackend]) -> None:
+    # given a queue of one running job per key, and two due jobs of one key
+    backend = node()
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(key_concurrency=1)))
+    insert(backend, new(key="a"), new(key="a"))
+    # when it is claimed, the lean script hands the claim over, and the gate holds
+    got = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
+    assert ran(backend)[-2:] == [CLAIM_ONE, "jobs_claim"]
+    assert len(got) == 1
+
+
+def test_a_rate_alone_is_claimed_by_the_lean_script(node: Callable[[], RedisBackend]) -> None:
+    # given a queue whose own rate admits one start a minute, and two due jobs
     backend = node()
     backend.queues_configure(
         QueueConfig("q", limits=QueueLimits(rate=Rate(1, 60.0, 1)), max_concurrency=5)
     )
     insert(backend, new(), new())
-    # when it is claimed, the lean script hands the claim over, and the gate holds
+    # when it is claimed twice, the lean script takes one job, then none, and says when the
+    # bucket admits a start again
     got = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
-    assert ran(backend)[-2:] == [CLAIM_ONE, "jobs_claim"]
-    assert len(got) == 1 and got.next_open is not None
+    assert len(got) == 1 and got.next_open is not None and 59 < got.next_open <= 60
+    again = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
+    assert len(again) == 0 and again.next_open is not None and 58 < again.next_open <= 60
+    assert "jobs_claim" not in ran(backend)
 
 
 def test_a_paused_or_busy_queue_is_claimed_by_the_lean_script(

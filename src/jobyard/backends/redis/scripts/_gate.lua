@@ -60,6 +60,8 @@ local function gate_open(k, now, limit)
     named = named, jobs = {}, buckets = {}, slots = {}, next_open = nil,
     -- nothing but room to check: every due job passes (the claim reads no job hash for it)
     open = not (q.rate or q.kc or q.key_rate or named),
+    -- the queue's own rate alone: a job's name and key change nothing (see gate_room)
+    rate_only = q.rate ~= nil and not (q.kc or q.key_rate or named),
   }
 end
 
@@ -96,7 +98,8 @@ end
 local function slot(g, field, cap)
   local sl = g.slots[field]
   if not sl then
-    sl = {cap = cap, used = tonumber(redis.call('HGET', g.k.base .. 'keyrun', field)) or 0}
+    local held = tonumber(redis.call('HGET', g.k.base .. 'keyrun', field)) or 0
+    sl = {field = field, cap = cap, held = held, used = held, taken = 0}
     g.slots[field] = sl
   end
   return sl
@@ -147,6 +150,7 @@ local function gate_pass(g, name, key)
   for _, b in ipairs(rates) do
     b.used = b.used + 1
   end
+  rates.slots = slots
   return rates
 end
 
@@ -159,14 +163,39 @@ local function gate_closed(g)
   return b ~= nil and b.used >= b.allow
 end
 
--- The claim took a job gate_pass let through (`scopes`, its answer): count its start.
+-- The claim took a job gate_pass let through (`scopes`, its answer): count its start, in its
+-- buckets and its key slots.
 local function gate_take(scopes)
   for _, b in ipairs(scopes) do
     b.taken = b.taken + 1
   end
+  for _, sl in ipairs(scopes.slots or {}) do
+    sl.taken = sl.taken + 1
+  end
 end
 
--- Write the buckets of the starts taken (gate_take); key slots are counted by the claim itself.
+-- The queue's own rate alone (g.rate_only): no job's name or key matters, so the claim reads no
+-- job hash for the gate and takes at most what the bucket admits (gate_room_taken counts them).
+local function gate_room(g)
+  local b = bucket(g, g.k.base .. 'tat', g.q.rate)
+  if b.allow < g.room then
+    g.room = b.allow
+    g.short = b -- the bucket, not the claim's limit, cut the room: see gate_room_taken
+  end
+  return b
+end
+
+-- `count` starts taken under gate_room's bucket; when the bucket cut the room and every start it
+-- admitted was taken, a due job may be held back: next_open is when the bucket admits again.
+local function gate_room_taken(g, b, count)
+  b.used, b.taken = count, count
+  if g.short and count >= b.allow then
+    g.next_open = math.max(g.now, b.s + b.allow * b.rate.T - (b.rate.B - 1) * b.rate.T)
+  end
+end
+
+-- Write the buckets and key slots of the starts taken (gate_take): one SET per bucket, one HSET
+-- for every key slot (its count when the call began, plus the starts taken).
 local function gate_commit(g)
   for _, b in pairs(g.buckets) do
     if b.taken > 0 then
@@ -174,5 +203,15 @@ local function gate_commit(g)
       local ttl = math.ceil((tat - g.now) * 1000) + GATE_TTL_SLACK_MS
       redis.call('SET', b.key, fmt(tat), 'PX', ttl)
     end
+  end
+  local counts = {}
+  for _, sl in pairs(g.slots) do
+    if sl.taken > 0 then
+      counts[#counts + 1] = sl.field
+      counts[#counts + 1] = sl.held + sl.taken
+    end
+  end
+  if #counts > 0 then
+    redis.call('HSET', g.k.base .. 'keyrun', unpack(counts))
   end
 end

@@ -128,6 +128,55 @@ local function leave_running(k, jk, name, key, mark)
   end
 end
 
+-- The same for a batch of jobs (jobs_ack.lua): `freed` (hash key -> field -> slots) gathers what
+-- each job gives back, and slots_free writes it all at once: one read and at most one delete
+-- and one write per hash instead of two calls a job.
+local function leave_running_later(freed, k, name, key, mark)
+  if not (key and mark and mark ~= '') then
+    return
+  end
+  local run = k.base .. 'keyrun'
+  local t = freed[run]
+  if not t then
+    t = {}
+    freed[run] = t
+  end
+  if string.find(mark, 'q', 1, true) then
+    local f = 'q\n' .. key
+    t[f] = (t[f] or 0) + 1
+  end
+  if string.find(mark, 'j', 1, true) then
+    local f = 'j\n' .. (name or '') .. '\n' .. key
+    t[f] = (t[f] or 0) + 1
+  end
+end
+
+local function slots_free(freed)
+  for run, t in pairs(freed) do
+    local fields = {}
+    for f in pairs(t) do
+      fields[#fields + 1] = f
+    end
+    local have = redis.call('HMGET', run, unpack(fields))
+    local gone, left = {}, {}
+    for i, f in ipairs(fields) do
+      local v = (tonumber(have[i]) or 0) - t[f]
+      if v <= 0 then
+        gone[#gone + 1] = f -- a count that reaches 0 is deleted
+      else
+        left[#left + 1] = f
+        left[#left + 1] = v
+      end
+    end
+    if #gone > 0 then
+      redis.call('HDEL', run, unpack(gone))
+    end
+    if #left > 0 then
+      redis.call('HSET', run, unpack(left))
+    end
+  end
+end
+
 local function from_ready(k, n, prio)
   -- a corrupt record may have lost its priority: then its entry is looked for on every level;
   -- else on the level of its priority and that priority's segments (a published stage's

@@ -65,6 +65,7 @@ end
 local refused = {}
 local groups = {}
 local done = new_batch() -- claims left and finished index entries, one call per set
+local freed = {} -- key slots the jobs give back, written at once (slots_free)
 local kept = {} -- group -> seconds its completed jobs are kept (the queue's own, or ARGV[2])
 for i, o in ipairs(outcomes) do
   local g, n, token, kind = o[1], o[2], o[3], o[4]
@@ -86,7 +87,7 @@ for i, o in ipairs(outcomes) do
     batch_add(done, 'ZREM', k.claims, n)
     local result, err = nz(o[5]), nz(o[6])
     if not (bad and kind ~= 'completed') then -- fail_corrupt frees it itself
-      leave_running(k, jk, cur[9], cur[10], cur[11]) -- its key slots are free
+      leave_running_later(freed, k, cur[9], cur[10], cur[11]) -- its key slots are free
     end
     if bad and kind ~= 'completed' then -- a retry or release could not requeue it
       fail_corrupt(k, jk, n, now, bad, failed_ttl)
@@ -156,6 +157,7 @@ for i, o in ipairs(outcomes) do
   end
 end
 batch_send(done)
+slots_free(freed)
 for key, count in pairs(woke) do
   if single then
     wake(key, count)

@@ -117,49 +117,63 @@ local function scan(g, k, gate)
     if #mine >= gate.room or scanned >= budget then
       break
     end
-    -- Without limits every due job passes: ask each level for what is left, as ever.
-    local want = gate.open and (gate.room - #mine) or (SCAN_MAX - scanned)
-    local entries
-    if gate.fair then
-      entries = fair_due(k, band, band.prio, want)
-    else
-      -- A level may have segments beside it (a published batch's entries being merged into
-      -- it, see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each
-      -- key of one priority may hold the best entries, so each is asked, then sorted.
-      entries = {}
-      for _, p in ipairs(band) do
-        local level = k.base .. 'ready:' .. p
-        local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
-          want)
-        if #due == 0 and redis.call('EXISTS', level) == 0 then
-          redis.call('ZREM', k.prios, p) -- an emptied level
+    -- Without limits every due job passes: ask each level for what is left, as ever. Through a
+    -- closed gate a level of its own is read in pages of twice what is left to take (most due
+    -- jobs pass), so a claim of 128 does not read and sort 512 entries to take the first 128.
+    local paged = not gate.open and not gate.fair and #band == 1
+    local offset = 0
+    repeat
+      local want = gate.open and (gate.room - #mine) or (SCAN_MAX - scanned)
+      if paged then
+        want = math.min(want, math.max(2 * (gate.room - #mine), 32))
+      end
+      local entries
+      if gate.fair then
+        entries = fair_due(k, band, band.prio, want)
+      else
+        -- A level may have segments beside it (a published batch's entries being merged into
+        -- it, see jobs_publish.lua), members "<p>@<batch>" of prios with the same score: each
+        -- key of one priority may hold the best entries, so each is asked, then sorted.
+        entries = {}
+        for _, p in ipairs(band) do
+          local level = k.base .. 'ready:' .. p
+          local due = redis.call('ZRANGEBYSCORE', level, '-inf', now, 'WITHSCORES', 'LIMIT',
+            offset, want)
+          if #due == 0 and offset == 0 and redis.call('EXISTS', level) == 0 then
+            redis.call('ZREM', k.prios, p) -- an emptied level
+          end
+          for j = 1, #due, 2 do
+            entries[#entries + 1] = {prio = band.prio, p = p, run_at = tonumber(due[j + 1]),
+              member = due[j]}
+          end
         end
-        for j = 1, #due, 2 do
-          entries[#entries + 1] = {prio = band.prio, p = p, run_at = tonumber(due[j + 1]),
-            member = due[j]}
+        if #band > 1 then
+          table.sort(entries, better)
         end
       end
-      if #band > 1 then
-        table.sort(entries, better)
+      for _, e in ipairs(entries) do
+        if #mine >= gate.room or scanned >= budget then
+          break
+        end
+        scanned = scanned + 1
+        local scopes = {}
+        if gate.rate_only then
+          scopes = gate_pass(gate, nil, nil) -- only the queue's rate: name and key change nothing
+        elseif not gate.open then
+          -- The claim's own read of the job (kept for it below): its name and key for the gate.
+          local f = read_fields(job_key(k, unpad(e.member)), CLAIM_READ)
+          e.f = f
+          scopes = gate_pass(gate, f.name, f.key)
+        end
+        if scopes then
+          e.g, e.scopes = g, scopes
+          mine[#mine + 1] = e
+        elseif gate_closed(gate) then
+          return mine -- the queue's own rate admits no more: nothing behind can start
+        end
       end
-    end
-    for _, e in ipairs(entries) do
-      if #mine >= gate.room or scanned >= budget then
-        break
-      end
-      scanned = scanned + 1
-      local scopes = {}
-      if not gate.open then
-        local f = redis.call('HMGET', job_key(k, unpad(e.member)), 'name', 'key')
-        scopes = gate_pass(gate, f[1] or nil, f[2] or nil)
-      end
-      if scopes then
-        e.g, e.scopes = g, scopes
-        mine[#mine + 1] = e
-      elseif gate_closed(gate) then
-        return mine -- the queue's own rate admits no more: nothing behind can start
-      end
-    end
+      offset = offset + #entries
+    until not paged or #entries < want or #mine >= gate.room or scanned >= budget
   end
   return mine
 end
@@ -233,34 +247,36 @@ for level, at in pairs(levels) do
   end
 end
 
--- One read per job serves both the check for a corrupt record (fault_of) and the reply.
+-- One read per job (the gate's, when it read one) serves both the check for a corrupt record
+-- (fault_of) and the reply.
 local claims = new_batch()
+local used = {} -- a fair queue's turns used: group -> key -> the highest turn claimed
 for i = 1, chosen do
   local c = candidates[i]
   local k, n = groups[c.g], c.n
   local jk = job_key(k, n)
-  local f = read_fields(jk, CLAIM_READ)
+  local f = c.f or read_fields(jk, CLAIM_READ)
   local bad = fault_of(f)
   if f.status == 'pending' and bad then
     fail_corrupt(k, jk, n, now, bad, failed_ttl)
   elseif f.status == 'pending' then -- anything else is a stale index entry: dropped above
-    -- the key slots it takes: its queue's and its name's scopes that have a key_concurrency
+    -- the key slots it takes (counted by gate_take, written by gate_commit): its queue's and
+    -- its name's scopes that have a key_concurrency
     local mark = ''
     if f.key then
       local gate, own = gates[c.g], job_limits(gates[c.g], f.name)
       mark = (gate.q.kc and 'q' or '') .. (own and own.kc and 'j' or '')
-      if mark ~= '' then
-        key_slots(k, f.name, f.key, 1, mark)
-      end
     end
     local expires = claim_job(jk, n, f, now, worker, prefix, mark, out, c.g, c.run_at)
     batch_add(claims, 'ZADD', k.claims, expires, n)
     gate_take(c.scopes)
-    if f.turn then -- a fair queue's turn is used: the key's latest, if it was, is forgotten
+    if f.turn then -- a fair queue's turn is used (the key's latest, if it was: see below)
       batch_add(claims, 'ZREM', turns_key(k, int(c.prio)), c.member)
-      local latest = k.base .. 'turn'
-      if redis.call('HGET', latest, f.key or '') == f.turn then
-        redis.call('HDEL', latest, f.key or '')
+      local mine = used[c.g] or {}
+      used[c.g] = mine
+      local key, turn = f.key or '', tonumber(f.turn)
+      if not mine[key] or mine[key] < turn then
+        mine[key] = turn
       end
     end
   elseif not KNOWN_STATES[f.status or ''] and redis.call('EXISTS', jk) == 1 then
@@ -268,6 +284,25 @@ for i = 1, chosen do
   end
 end
 batch_send(claims)
+-- A key whose latest turn was used has none now (its next job takes a new one): one read of
+-- the keys' latest turns per queue, one delete of those used.
+for g, mine in pairs(used) do
+  local latest = groups[g].base .. 'turn'
+  local keys = {}
+  for key in pairs(mine) do
+    keys[#keys + 1] = key
+  end
+  local have = redis.call('HMGET', latest, unpack(keys))
+  local gone = {}
+  for i, key in ipairs(keys) do
+    if tonumber(have[i]) == mine[key] then
+      gone[#gone + 1] = key
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', latest, unpack(gone))
+  end
+end
 for g = 1, ng do
   gate_commit(gates[g])
 end

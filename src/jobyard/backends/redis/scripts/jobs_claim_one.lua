@@ -1,4 +1,5 @@
--- jobs_claim_one.lua: claim up to a limit of due jobs from one queue whose gate is open, on a
+-- jobs_claim_one.lua: claim up to a limit of due jobs from one queue whose gate is open (or
+-- limited by the queue's own rate alone: the claim takes what its bucket admits), on a
 -- single Redis node: the claim an idle worker makes when a push wakes it (it runs while the
 -- enqueue that woke it waits for its reply), in as little Lua as it needs. _base.lua and
 -- _gate.lua are prepended, not the general library (30-50 us of Redis time a call from cold),
@@ -10,11 +11,13 @@
 --       [4] token prefix (random, fresh per call; the token is "<prefix>.<number>")
 -- Touches: what jobs_claim.lua touches for such a queue: its ready levels, prios, pending and
 --          claims sets and the claimed job hashes (status running, attempts + 1, started_at,
---          worker_id, token, lease_expires_at; slots "" for a job with a limit key).
--- Returns: what jobs_claim.lua returns (next_open "", then 13 strings per claimed job; its
---          group is 1); or {"general"} having written nothing, for jobs_claim.lua to claim: the
---          queue was fed with a time to live (it may lapse), its gate is not open (a rate, a key
---          limit, a job name's limits) or it is fair, it has a published batch's segment beside
+--          worker_id, token, lease_expires_at; slots "" for a job with a limit key), and the
+--          queue's rate bucket (see _gate.lua).
+-- Returns: what jobs_claim.lua returns (next_open, "" unless the queue's rate cut the claim,
+--          then 13 strings per claimed job; its group is 1); or {"general"} having written
+--          nothing, for jobs_claim.lua to claim: the queue was fed with a time to live (it may
+--          lapse), its gate is not open (a key limit, a job name's limits: all but the queue's
+--          own rate) or it is fair, it has a published batch's segment beside
 --          a level, or a due job's record is corrupt or holds a fair turn.
 --
 -- Order, as jobs_claim.lua's: priority DESC, run_at ASC, enqueue order ASC. A due entry whose
@@ -28,10 +31,13 @@ if redis.call('EXISTS', k.ttl) == 1 then
 end
 local now = now_from(ARGV[1])
 local gate = gate_open(k, now, tonumber(ARGV[2]))
-if not gate.open or gate.fair then
+if not (gate.open or gate.rate_only) or gate.fair then
   return GENERAL
 end
-local room = gate.room -- paused: 0; max_concurrency: what is left of it
+-- The queue's own rate alone cuts the room to what its bucket admits (no job's name or key
+-- matters to it), and counts the starts below.
+local rate = gate.rate_only and gate.room > 0 and gate_room(gate)
+local room = gate.room -- paused: 0; max_concurrency: what is left of it; a rate: what it admits
 local levels = redis.call('ZREVRANGE', k.prios, 0, -1)
 for _, p in ipairs(levels) do
   if not tonumber(p) then
@@ -70,10 +76,21 @@ for _, p in ipairs(levels) do
 end
 
 local out = {''}
+-- The rate's starts taken (the bucket moves on), and when it admits again if it cut the room.
+local function count_starts(count)
+  if rate then
+    gate_room_taken(gate, rate, count)
+    gate_commit(gate)
+    if gate.next_open then
+      out[1] = fmt(gate.next_open - now)
+    end
+  end
+end
 if #picked == 0 then
   for _, p in ipairs(emptied) do
     redis.call('ZREM', k.prios, p)
   end
+  count_starts(0)
   return out
 end
 local members, numbers, seen = {}, {}, {}
@@ -107,4 +124,5 @@ end
 if #claims > 0 then
   redis.call('ZADD', k.claims, unpack(claims))
 end
+count_starts(#claims / 2)
 return out
