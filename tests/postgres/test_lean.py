@@ -27,22 +27,34 @@ from tests.postgres.conftest import T0, insert, new
 
 NAMES = {
     getattr(Q, name): name
-    for name in ("jobs_insert", "jobs_insert_one", "jobs_claim", "jobs_claim_open")
+    for name in (
+        "jobs_insert",
+        "jobs_insert_one",
+        "jobs_claim",
+        "jobs_claim_open",
+        "jobs_claim_capped",
+    )
 }
 Sql = Callable[..., list[tuple[Any, ...]]]
 
 
 def spied(backend: PostgresBackend) -> list[str]:
-    """The names of the insert and claim statements ``backend`` runs from now on."""
+    """The names of the insert and claim statements ``backend`` runs from now on (and of the
+    claim statements it sends behind a lock statement)."""
     ran: list[str] = []
-    fetch = backend._fetch
+    fetch, counted = backend._fetch, backend._locked_counted
 
     def spy(conn: Any, query: str, params: Any = None) -> Any:
         if query in NAMES:
             ran.append(NAMES[query])
         return fetch(conn, query, params)
 
+    def spy_locked(conn: Any, steps: Any) -> Any:
+        ran.extend(n for q, _ in steps if (n := NAMES.get(q, "")).startswith("jobs_claim"))
+        return counted(conn, steps)
+
     backend._fetch = spy  # type: ignore[method-assign]
+    backend._locked_counted = spy_locked  # type: ignore[method-assign]
     return ran
 
 
@@ -136,32 +148,55 @@ def test_the_lean_insert_hands_a_capped_or_fair_queue_to_jobs_insert(
     assert row(sql, job)["turn"] == 1
 
 
+OPEN, GENERAL, CAPPED = "jobs_claim_open", "jobs_claim", "jobs_claim_capped"
+
+
 @pytest.mark.parametrize(
-    "config",
+    ("config", "first", "then", "count"),
     [
-        QueueConfig("q", paused=True),
-        QueueConfig("q", max_concurrency=1),
-        QueueConfig("q", limits=QueueLimits(rate=Rate(1, 60.0, 1))),
-        QueueConfig("q", limits=QueueLimits(fair=True)),
-        None,  # a job name's limits
+        # paused: the general claim's gate holds both
+        (QueueConfig("q", paused=True), [OPEN, GENERAL], [GENERAL], 0),
+        # capped as a whole: behind the lock, jobs_claim_capped from then on
+        (QueueConfig("q", max_concurrency=1), [OPEN, GENERAL, CAPPED], [CAPPED], 1),
+        (
+            QueueConfig("q", limits=QueueLimits(rate=Rate(1, 60.0, 1))),
+            [OPEN, GENERAL, CAPPED],
+            [CAPPED],
+            1,
+        ),
+        # fair alone: an order, which the open claim keeps
+        (QueueConfig("q", limits=QueueLimits(fair=True)), [OPEN], [OPEN], 2),
+        # a key limit, or a job name's limits (None): jobs_claim behind the lock
+        (
+            QueueConfig("q", limits=QueueLimits(key_concurrency=1)),
+            [OPEN, GENERAL, CAPPED, GENERAL],
+            [GENERAL],
+            1,
+        ),
+        (None, [OPEN, GENERAL, CAPPED, GENERAL], [GENERAL], 1),
     ],
 )
-def test_a_gate_that_is_not_open_goes_to_the_general_claim(
-    backend: PostgresBackend, config: QueueConfig | None
+def test_each_gate_goes_to_the_claim_made_for_it(
+    backend: PostgresBackend,
+    config: QueueConfig | None,
+    first: list[str],
+    then: list[str],
+    count: int,
 ) -> None:
-    # given two due jobs of a queue whose gate holds at least one back
-    insert(backend, new(), new())
+    # given two due jobs of one key in a queue whose gate may hold one back
+    insert(backend, new(key="a"), new(key="a"))
     if config is None:
         limits = QueueLimits(rate=Rate(1, 60.0, 1))
         backend.limits_sync(LimitsSyncParams([JobLimits("q", "task", limits)]))
     else:
         backend.queues_configure(config)
     ran = spied(backend)
-    # when it is claimed, the lean statement hands over to jobs_claim, whose gate holds
+    # when it is claimed, each statement that cannot claim for it hands over, having claimed
+    # nothing, and the gate holds
     got = backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
-    assert ran[:2] == ["jobs_claim_open", "jobs_claim"]
-    fair = config is not None and config.limits.fair
-    assert len(got) == (2 if fair else 0 if config is not None and config.paused else 1)
-    # and the next claim of that queue goes to jobs_claim at once
+    assert ran == first
+    assert len(got) == count
+    # and the next claim of that queue goes to the last of them at once
+    del ran[:]
     backend.jobs_claim(JobsClaimParams("w", ["q"], 10))
-    assert "jobs_claim_open" not in ran[2:]
+    assert ran == then

@@ -155,6 +155,10 @@ def test_the_claim_reads_the_claim_index(
     text = plan(connect, Q.jobs_claim_open, open_params)
     assert "Index Scan using jobs_pending_claim" in text, text
     assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
+    # and the claim of a queue capped as a whole (sent behind the lock)
+    text = plan(connect, Q.jobs_claim_capped, open_params)
+    assert "Index Scan using jobs_pending_claim" in text, text
+    assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
 
 
 def test_a_fair_claim_reads_the_claim_index_in_order(

@@ -25,6 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
@@ -746,10 +747,20 @@ class PostgresBackend:
             rows = self._run(lambda c: self._fetch(c, Q.jobs_claim, args))
         if key in self._limited or rows[-1][-1]:
             locked = {**args, "locked": True}
-            steps: list[_caller.Step] = [(Q.jobs_claim_lock, {"queues": queues})]
-            steps.append((Q.jobs_claim, locked))
-            taken, rows = self._run(lambda c: self._locked_counted(c, steps))
-            self._remember(key, limited=taken > 0)
+            capped = ("capped", *queues)
+            # Behind the lock: queues capped as a whole only (max_concurrency, their own rate)
+            # are claimed by jobs_claim_capped, which hands over to jobs_claim otherwise.
+            lock: _caller.Step = (Q.jobs_claim_lock, {"queues": queues})
+            for query in (Q.jobs_claim_capped, Q.jobs_claim):
+                if query is Q.jobs_claim_capped and not self._lean.ok(capped):
+                    continue
+                taken, rows = self._run(
+                    partial(self._locked_counted, steps=[lock, (query, locked)])
+                )
+                self._remember(key, limited=taken > 0)
+                if not rows[-1][-1]:
+                    break
+                self._lean.handed_over(capped)
         return _claimed_rows(rows)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
