@@ -166,9 +166,16 @@ OPEN, GENERAL, CAPPED = "jobs_claim_open", "jobs_claim", "jobs_claim_capped"
         ),
         # fair alone: an order, which the open claim keeps
         (QueueConfig("q", limits=QueueLimits(fair=True)), [OPEN], [OPEN], 2),
-        # a key limit, or a job name's limits (None): jobs_claim behind the lock
+        # a key's count: behind the lock, jobs_claim_capped
         (
             QueueConfig("q", limits=QueueLimits(key_concurrency=1)),
+            [OPEN, GENERAL, CAPPED],
+            [CAPPED],
+            1,
+        ),
+        # a key's rate, or a job name's limits (None): jobs_claim behind the lock
+        (
+            QueueConfig("q", limits=QueueLimits(key_rate=Rate(1, 60.0, 1))),
             [OPEN, GENERAL, CAPPED, GENERAL],
             [GENERAL],
             1,

@@ -380,15 +380,17 @@ SELECT * FROM (
 ORDER BY priority DESC NULLS LAST, (turn - 1) / 4, run_at, id;
 
 -- name: jobs_claim_capped
--- The claim of queues capped as a whole (paused, max_concurrency, the queue's own rate; fair or
--- not) and by nothing per job: no key limit, no job name's limits. Sent behind jobs_claim_lock
--- only, for queues that needed it before. Each queue takes at most its room (_gate_queues:
--- what max_concurrency and its bucket leave), by an index scan in claim order as
--- jobs_claim_open; jobs_claim's per-job gate and windows would let every one of them through,
--- and cost a claim of 128 jobs about 3 ms more (a rate far above the worker's pace drained at
--- 71-84 % of the plain figure through them). The buckets move on and next_open is told as
--- there. If a queue has a limit per job, it claims nothing and says so (`relock`), and the
--- backend sends jobs_claim.
+-- The claim of queues capped as a whole (paused, max_concurrency, the queue's own rate) or per
+-- key by a count (key_concurrency), fair or not, and by nothing else: no key rate, no job
+-- name's limits. Sent behind jobs_claim_lock only, for queues that needed it before. Each
+-- queue takes at most its room (_gate_queues: what max_concurrency and its bucket leave) of
+-- the jobs the gate (_gate: a free slot for the job's key) lets through, by an index scan in
+-- claim order, and a key's later jobs in the claim only as far as its slots go (jobs_claim's
+-- by_key). jobs_claim's other windows would let every one of them through, and with its bucket
+-- moves for keys and names cost a claim of 128 jobs about 3 ms more (a rate far above the
+-- worker's pace drained at 71-84 % of the plain figure through them). The queues' buckets move
+-- on and next_open is told as there. If a queue has a key rate or job name's limits, it claims
+-- nothing and says so (`relock`), and the backend sends jobs_claim.
 -- Returns what jobs_claim returns.
 WITH clock AS (
     SELECT coalesce(%(now)s::float8, extract(epoch FROM statement_timestamp())::float8) AS now
@@ -396,8 +398,7 @@ WITH clock AS (
 go AS (
     SELECT NOT EXISTS (
                SELECT 1 FROM queues AS q
-               WHERE q.name = ANY(%(queues)b::text[])
-                 AND (q.key_concurrency IS NOT NULL OR q.key_rate_count IS NOT NULL)
+               WHERE q.name = ANY(%(queues)b::text[]) AND q.key_rate_count IS NOT NULL
            )
        AND NOT EXISTS (SELECT 1 FROM job_limits WHERE queue = ANY(%(queues)b::text[])) AS ok
 ),
@@ -405,18 +406,31 @@ gate AS (
     {{_gate_queues}}
 ),
 top AS (
-    SELECT p.*
+    SELECT p.*, g.key_concurrency
     FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, (j.turn - 1) / 4 AS fair_round, j.run_at
+        SELECT j.id, j.queue, j.limit_key, j.priority, (j.turn - 1) / 4 AS fair_round, j.run_at
         FROM jobs_pending AS j
-        WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0
+        WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0 AND {{_gate}}
         ORDER BY j.priority DESC, (j.turn - 1) / 4, j.run_at, j.id
         LIMIT g.room
         FOR UPDATE OF j SKIP LOCKED
     ) AS p
 ),
+-- A key's first job passed the gate with a free slot; its later ones read how many it has.
+by_key AS (
+    SELECT *, row_number() OVER (
+        PARTITION BY queue, limit_key ORDER BY priority DESC, fair_round, run_at, id) AS n1
+    FROM top
+),
 picked AS (
-    SELECT id FROM top ORDER BY priority DESC, fair_round, run_at, id LIMIT %(limit)s::int8
+    SELECT id FROM by_key AS k
+    WHERE k.n1 = 1 OR k.limit_key IS NULL OR k.key_concurrency IS NULL
+       OR k.n1 <= k.key_concurrency - (
+           SELECT count(*) FROM jobs_running AS r
+           WHERE r.queue = k.queue AND r.limit_key = k.limit_key
+       )
+    ORDER BY priority DESC, fair_round, run_at, id
+    LIMIT %(limit)s::int8
 ),
 claimed AS (
     {{_claim_move}}
