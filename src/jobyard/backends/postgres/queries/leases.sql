@@ -177,6 +177,29 @@ opens AS (
       AND (SELECT count(*) FROM claimed) < %(limit)s::int8
 ),
 
+-- name: _claim_limited_end
+-- (a fragment: the end of a claim that keeps rate buckets, jobs_claim and jobs_claim_capped,
+-- after their `takes` CTE) The buckets and the round move on, the claim commits as
+-- _claim_durability says, and the claimed jobs come back in claim order, then the summary row
+-- (id NULL) with next_open and whether the statement needs the lock or jobs_claim (`relock`).
+-- Needs clock, go, claimed and takes.
+{{_claim_taken}}
+rounds AS (
+    {{_claim_rounds}}
+),
+{{_claim_opens}}
+durability AS (
+    {{_claim_durability}}
+)
+SELECT * FROM (
+    {{_claimed_rows}}
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, (SELECT next_open FROM opens), NOT (SELECT ok FROM go)
+    WHERE (SELECT count(*) FROM taken) + (SELECT count(*) FROM rounds) >= 0
+) AS out
+ORDER BY priority DESC NULLS LAST, (turn - 1) / 4, run_at, id
+
 -- name: _claim_rounds
 -- (a fragment: the `rounds` CTE of a claim) A fair queue's round moves on to the highest turn
 -- claimed (a job keeps the turn it took while its queue was fair). Needs claimed.
@@ -307,22 +330,7 @@ claimed AS (
     {{_claim_move}}
 ),
 {{_claim_takes}}
-{{_claim_taken}}
-rounds AS (
-    {{_claim_rounds}}
-),
-{{_claim_opens}}
-durability AS (
-    {{_claim_durability}}
-)
-SELECT * FROM (
-    {{_claimed_rows}}
-    UNION ALL
-    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, (SELECT next_open FROM opens), NOT (SELECT ok FROM go)
-    WHERE (SELECT count(*) FROM taken) + (SELECT count(*) FROM rounds) >= 0
-) AS out
-ORDER BY priority DESC NULLS LAST, (turn - 1) / 4, run_at, id;
+{{_claim_limited_end}};
 
 -- name: jobs_claim_open
 -- The claim of queues whose gates are open: none paused or limited (_limited_queues: no
@@ -443,22 +451,7 @@ takes (queue, job, key, n, count, per, burst) AS (
     JOIN queues AS q ON q.name = c.queue
     WHERE q.rate_count IS NOT NULL
 ),
-{{_claim_taken}}
-rounds AS (
-    {{_claim_rounds}}
-),
-{{_claim_opens}}
-durability AS (
-    {{_claim_durability}}
-)
-SELECT * FROM (
-    {{_claimed_rows}}
-    UNION ALL
-    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, (SELECT next_open FROM opens), NOT (SELECT ok FROM go)
-    WHERE (SELECT count(*) FROM taken) + (SELECT count(*) FROM rounds) >= 0
-) AS out
-ORDER BY priority DESC NULLS LAST, (turn - 1) / 4, run_at, id;
+{{_claim_limited_end}};
 
 -- name: jobs_ack
 -- Settle a batch: each outcome applies only while the job is running under that token, and a
