@@ -94,6 +94,22 @@ AND (NOT g.named OR NOT EXISTS (
     )
 ))
 
+-- name: _claim_top
+-- (a fragment: the `top` CTE of a limited claim) Per queue of the gate (_gate_queues), an index
+-- scan of the claim index in claim order (priority, a fair queue's round, run_at, id) of at
+-- most that queue's room of the due jobs the gate (_gate) lets through, skipping rows another
+-- claimer has locked. Needs clock and gate.
+SELECT p.*
+FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
+    SELECT j.id, j.queue, j.name, j.limit_key, j.priority, (j.turn - 1) / 4 AS fair_round,
+           j.run_at
+    FROM jobs_pending AS j
+    WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0 AND {{_gate}}
+    ORDER BY j.priority DESC, (j.turn - 1) / 4, j.run_at, j.id
+    LIMIT g.room
+    FOR UPDATE OF j SKIP LOCKED
+) AS p
+
 -- name: _claim_move
 -- (a fragment: the `claimed` CTE of a claim) The picked pending jobs (the CTE picked: their
 -- ids) move to running: one more attempt, started now, for this worker, under a fresh token
@@ -251,16 +267,7 @@ gate AS (
     {{_gate_queues}}
 ),
 top AS (
-    SELECT p.*
-    FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.name, j.limit_key, j.priority, (j.turn - 1) / 4 AS fair_round,
-               j.run_at
-        FROM jobs_pending AS j
-        WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0 AND {{_gate}}
-        ORDER BY j.priority DESC, (j.turn - 1) / 4, j.run_at, j.id
-        LIMIT g.room
-        FOR UPDATE OF j SKIP LOCKED
-    ) AS p
+    {{_claim_top}}
 ),
 -- What each job's name may take under its job limits (plain queues: limit). What its key may
 -- take under the queue's key limits is read in by_name_key, for the jobs that need it.
@@ -414,21 +421,14 @@ gate AS (
     {{_gate_queues}}
 ),
 top AS (
-    SELECT p.*, g.key_concurrency
-    FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
-        SELECT j.id, j.queue, j.limit_key, j.priority, (j.turn - 1) / 4 AS fair_round, j.run_at
-        FROM jobs_pending AS j
-        WHERE j.queue = g.queue AND j.run_at <= clock.now AND g.room > 0 AND {{_gate}}
-        ORDER BY j.priority DESC, (j.turn - 1) / 4, j.run_at, j.id
-        LIMIT g.room
-        FOR UPDATE OF j SKIP LOCKED
-    ) AS p
+    {{_claim_top}}
 ),
 -- A key's first job passed the gate with a free slot; its later ones read how many it has.
 by_key AS (
-    SELECT *, row_number() OVER (
-        PARTITION BY queue, limit_key ORDER BY priority DESC, fair_round, run_at, id) AS n1
-    FROM top
+    SELECT t.*, g.key_concurrency, row_number() OVER (
+        PARTITION BY t.queue, t.limit_key ORDER BY t.priority DESC, t.fair_round, t.run_at, t.id
+    ) AS n1
+    FROM top AS t JOIN gate AS g ON g.queue = t.queue
 ),
 picked AS (
     SELECT id FROM by_key AS k
