@@ -154,6 +154,7 @@ def main() -> None:
                 app.configure_queue(queue, **config)  # type: ignore[arg-type]
                 bench.enqueue(queue, keys, n)
                 figures[name].append(rate(bench, queue, n))
+                log(f"round {r + 1} {name}: {figures[name][-1]:.0f} jobs/s")
         plain = statistics.median(figures["plain"])
         emit("plain", plain, "jobs/s")
         for name, target in (

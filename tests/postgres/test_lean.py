@@ -1,4 +1,5 @@
-"""The lean statements (``jobs_insert_one``, ``jobs_claim_open``): one plain job inserted, and
+"""The lean statements (``jobs_insert_one``, ``jobs_claim_open``, and behind the lock
+``jobs_claim_whole`` and ``jobs_claim_capped``): one plain job inserted, and
 queues whose gates are open claimed, in a fraction of the general statements' server time. They
 store and claim exactly what ``jobs_insert`` and ``jobs_claim`` would, and hand over to them,
 having written nothing, whatever they do not handle."""
@@ -32,6 +33,7 @@ NAMES = {
         "jobs_insert_one",
         "jobs_claim",
         "jobs_claim_open",
+        "jobs_claim_whole",
         "jobs_claim_capped",
     )
 }
@@ -42,19 +44,19 @@ def spied(backend: PostgresBackend) -> list[str]:
     """The names of the insert and claim statements ``backend`` runs from now on (and of the
     claim statements it sends behind a lock statement)."""
     ran: list[str] = []
-    fetch, counted = backend._fetch, backend._locked_counted
+    fetch, claim_locked = backend._fetch, backend._claim_locked
 
     def spy(conn: Any, query: str, params: Any = None) -> Any:
         if query in NAMES:
             ran.append(NAMES[query])
         return fetch(conn, query, params)
 
-    def spy_locked(conn: Any, steps: Any) -> Any:
-        ran.extend(n for q, _ in steps if (n := NAMES.get(q, "")).startswith("jobs_claim"))
-        return counted(conn, steps)
+    def spy_locked(conn: Any, lock: Any, claim: Any) -> Any:
+        ran.append(NAMES[claim[0]])
+        return claim_locked(conn, lock, claim)
 
     backend._fetch = spy  # type: ignore[method-assign]
-    backend._locked_counted = spy_locked  # type: ignore[method-assign]
+    backend._claim_locked = spy_locked  # type: ignore[method-assign]
     return ran
 
 
@@ -148,7 +150,8 @@ def test_the_lean_insert_hands_a_capped_or_fair_queue_to_jobs_insert(
     assert row(sql, job)["turn"] == 1
 
 
-OPEN, GENERAL, CAPPED = "jobs_claim_open", "jobs_claim", "jobs_claim_capped"
+OPEN, GENERAL = "jobs_claim_open", "jobs_claim"
+WHOLE, CAPPED = "jobs_claim_whole", "jobs_claim_capped"
 
 
 @pytest.mark.parametrize(
@@ -156,12 +159,12 @@ OPEN, GENERAL, CAPPED = "jobs_claim_open", "jobs_claim", "jobs_claim_capped"
     [
         # paused: the general claim's gate holds both
         (QueueConfig("q", paused=True), [OPEN, GENERAL], [GENERAL], 0),
-        # capped as a whole: behind the lock, jobs_claim_capped from then on
-        (QueueConfig("q", max_concurrency=1), [OPEN, GENERAL, CAPPED], [CAPPED], 1),
+        # capped as a whole: behind the lock, jobs_claim_whole from then on
+        (QueueConfig("q", max_concurrency=1), [OPEN, GENERAL, WHOLE], [WHOLE], 1),
         (
             QueueConfig("q", limits=QueueLimits(rate=Rate(1, 60.0, 1))),
-            [OPEN, GENERAL, CAPPED],
-            [CAPPED],
+            [OPEN, GENERAL, WHOLE],
+            [WHOLE],
             1,
         ),
         # fair alone: an order, which the open claim keeps
@@ -169,18 +172,18 @@ OPEN, GENERAL, CAPPED = "jobs_claim_open", "jobs_claim", "jobs_claim_capped"
         # a key's count: behind the lock, jobs_claim_capped
         (
             QueueConfig("q", limits=QueueLimits(key_concurrency=1)),
-            [OPEN, GENERAL, CAPPED],
+            [OPEN, GENERAL, WHOLE, CAPPED],
             [CAPPED],
             1,
         ),
         # a key's rate, or a job name's limits (None): jobs_claim behind the lock
         (
             QueueConfig("q", limits=QueueLimits(key_rate=Rate(1, 60.0, 1))),
-            [OPEN, GENERAL, CAPPED, GENERAL],
+            [OPEN, GENERAL, WHOLE, CAPPED, GENERAL],
             [GENERAL],
             1,
         ),
-        (None, [OPEN, GENERAL, CAPPED, GENERAL], [GENERAL], 1),
+        (None, [OPEN, GENERAL, WHOLE, CAPPED, GENERAL], [GENERAL], 1),
     ],
 )
 def test_each_gate_goes_to_the_claim_made_for_it(

@@ -155,10 +155,11 @@ def test_the_claim_reads_the_claim_index(
     text = plan(connect, Q.jobs_claim_open, open_params)
     assert "Index Scan using jobs_pending_claim" in text, text
     assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
-    # and the claim of a queue capped as a whole (sent behind the lock)
-    text = plan(connect, Q.jobs_claim_capped, open_params)
-    assert "Index Scan using jobs_pending_claim" in text, text
-    assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
+    # and the claims of a queue capped as a whole or by a key's count (behind the lock)
+    for capped in (Q.jobs_claim_whole, Q.jobs_claim_capped):
+        text = plan(connect, capped, open_params)
+        assert "Index Scan using jobs_pending_claim" in text, text
+        assert not [line for line in text.splitlines() if "Sort Key: j." in line], text
 
 
 def test_a_fair_claim_reads_the_claim_index_in_order(

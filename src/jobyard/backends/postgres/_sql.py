@@ -36,6 +36,7 @@ class Queries:
     jobs_claim_lock: str
     jobs_claim: str
     jobs_claim_open: str
+    jobs_claim_whole: str
     jobs_claim_capped: str
     jobs_ack: str
     leases_renew: str

@@ -101,7 +101,7 @@ from ..base import (
     bounded_delay,
     sort_groups,
 )
-from . import _caller, _migrate
+from . import _behind, _caller, _migrate
 from ._connect import Settings, is_dropped, open_pool, parse_url
 from ._sql import Q
 from .listener import Listener
@@ -330,6 +330,14 @@ class PostgresBackend:
         with conn.pipeline():
             cursors = [conn.execute(query, params, prepare=True) for query, params in steps]
         return len(cursors[0].fetchall()), cursors[-1].fetchall()
+
+    @staticmethod
+    def _claim_locked(
+        conn: Conn, lock: tuple[str, dict[str, Any]], claim: tuple[str, dict[str, Any]]
+    ) -> tuple[int, list[Row]]:
+        """The claim lock statement, then the claim it guards, in one round trip (see
+        _behind.py: not a pipeline); the number of locks taken and the claim's rows."""
+        return _behind.run(conn, lock, claim)
 
     def _caller_search_path(self, conn: Any) -> str | None:
         # Connections the pool made (lent by connection_acquire) have the schema already.
@@ -747,20 +755,24 @@ class PostgresBackend:
             rows = self._run(lambda c: self._fetch(c, Q.jobs_claim, args))
         if key in self._limited or rows[-1][-1]:
             locked = {**args, "locked": True}
-            capped = ("capped", *queues)
-            # Behind the lock: queues capped as a whole only (max_concurrency, their own rate)
-            # are claimed by jobs_claim_capped, which hands over to jobs_claim otherwise.
-            lock: _caller.Step = (Q.jobs_claim_lock, {"queues": queues})
-            for query in (Q.jobs_claim_capped, Q.jobs_claim):
-                if query is Q.jobs_claim_capped and not self._lean.ok(capped):
+            # Behind the lock, the leanest claim that serves the queues' limits: capped as a
+            # whole only (max_concurrency, their own rate), jobs_claim_whole; also by a key's
+            # count, jobs_claim_capped; else jobs_claim. Each lean one hands over otherwise.
+            lock = (Q.jobs_claim_lock, {"queues": queues})
+            for query, lean in (
+                (Q.jobs_claim_whole, ("whole", *queues)),
+                (Q.jobs_claim_capped, ("capped", *queues)),
+                (Q.jobs_claim, None),
+            ):
+                if lean is not None and not self._lean.ok(lean):
                     continue
                 taken, rows = self._run(
-                    partial(self._locked_counted, steps=[lock, (query, locked)])
+                    partial(self._claim_locked, lock=lock, claim=(query, locked))
                 )
                 self._remember(key, limited=taken > 0)
-                if not rows[-1][-1]:
+                if not rows[-1][-1] or lean is None:
                     break
-                self._lean.handed_over(capped)
+                self._lean.handed_over(lean)
         return _claimed_rows(rows)
 
     def jobs_ack(self, params: JobsAckParams) -> list[str]:
