@@ -27,6 +27,7 @@ from jobyard.backends.base import (
     NewJob,
     Outcome,
     QueueConfig,
+    QueueLimits,
     StatsParams,
 )
 from jobyard.backends.redis import _insert
@@ -212,6 +213,48 @@ def test_the_reaper_deletes_a_batch_abandoned_before_its_commit(
     with pytest.raises(_insert.BatchAbandoned):
         batch._commit("")
     assert stored_jobs(backend) == []
+
+
+def fair_keys(backend: RedisBackend, queue: str = "q") -> dict[str, int]:
+    """The sizes of a fair queue's turn state: its turns, its jobs waiting for one, its keys'
+    latest turns."""
+    tag, c = backend.keys.tag(queue), backend.client
+    return {
+        "turns": c.zcard(f"{tag}:turns:0"),
+        "unturned": c.zcard(f"{tag}:unturned:0"),
+        "latest": c.hlen(f"{tag}:turn"),
+    }
+
+
+def test_a_fair_batch_takes_its_turns_as_it_is_staged(backend: RedisBackend) -> None:
+    # given a fair queue and a batch of three keys' jobs, staged (hidden) but not published
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    batch, _ = stage(backend, [new(key=f"t{i // 9}") for i in range(27)])
+    # then its jobs have their turns already (no claim gives them one) and no claim sees them
+    assert fair_keys(backend) == {"turns": 27, "unturned": 0, "latest": 3}
+    assert backend.jobs_claim(JobsClaimParams("w1", ("q",), 100)) == []
+    # and once published they are claimed in turns, a round of FAIR_TURN jobs per key
+    batch._finish(*batch._commit(""))
+    got = backend.jobs_claim(JobsClaimParams("w1", ("q",), 100))
+    assert len(got) == 27
+    keys = [backend.jobs_get(c.id).key for c in got]  # type: ignore[union-attr]
+    assert keys[:12] == ["t0"] * 4 + ["t1"] * 4 + ["t2"] * 4
+    assert fair_keys(backend) == {"turns": 0, "unturned": 0, "latest": 0}
+
+
+def test_an_aborted_fair_batch_leaves_no_turn_behind(backend: RedisBackend) -> None:
+    # given a fair queue with a job of its own, and a batch staged behind it
+    backend.queues_configure(QueueConfig("q", limits=QueueLimits(fair=True)))
+    (mine,) = insert(backend, new(key="t0"))
+    batch, _ = stage(backend, [new(key=f"t{i % 3}") for i in range(25)])
+    # when the batch is abandoned before its commit
+    assert batch._abandon()
+    # then only the job of its own keeps a turn, and no key keeps a latest turn the batch gave
+    # (t0's next job takes its turn from the round being served, as an idle key's does)
+    assert fair_keys(backend) == {"turns": 1, "unturned": 0, "latest": 0}
+    (got,) = backend.jobs_claim(JobsClaimParams("w1", ("q",), 100))
+    assert got.id == mine
+    assert fair_keys(backend) == {"turns": 0, "unturned": 0, "latest": 0}
 
 
 def test_an_abort_never_deletes_a_published_part(backend: RedisBackend) -> None:

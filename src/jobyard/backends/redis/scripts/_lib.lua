@@ -45,9 +45,10 @@ end
 -- (base.FAIR_TURN: round = (turn - 1) // FAIR_TURN, turns from 1), so a claim takes a few jobs
 -- of each key at a time, as the SQL stores do. The entry of a key whose latest job is claimed
 -- is deleted: idle keys leave nothing behind.
--- A job that is not due when it becomes pending (delayed, retried, released by its inputs,
--- written by a staged batch) waits in "<base>unturned:<p>" (score = run_at) and takes its turn
--- when a claim finds it due, so jobs not due never stand in the turns ahead of due ones.
+-- A job that is not due when it becomes pending (delayed, retried, released by its inputs)
+-- waits in "<base>unturned:<p>" (score = run_at) and takes its turn when a claim finds it due,
+-- so jobs not due never stand in the turns ahead of due ones. A due job of a staged batch takes
+-- its turn as it is staged; the claim passes over it until the batch is published.
 local FAIR_TURN = 4
 
 local function turns_key(k, prio)
@@ -803,7 +804,11 @@ local function insert_jobs(o)
         add(level, run_at, pad(n))
         add(k.pending, n, n)
         if cfg[g][4] == '1' then -- a fair queue: the job's turn (see above)
-          if run_at <= o.now and not o.stage then
+          -- A staged job takes its turn too: fair_due passes over its entry while its batch
+          -- is hidden. Left to the claims, a large batch's turns cost each claim four calls
+          -- a job (a fair drain of batches enqueued 1,000 at a time ran at 71-77 % of the
+          -- plain one), paid on the worker's path rather than the producer's.
+          if run_at <= o.now then
             low[g] = low[g] or lowest_turn(k)
             take_turn(k, job_key(k, n), n, prio, nz(job[18]), low[g])
           else

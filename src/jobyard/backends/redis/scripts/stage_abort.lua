@@ -9,7 +9,7 @@
 -- Touches: per group the stage's hash (state "aborted", expiring after ARGV[5]: a slice that
 --          arrives late finds it and writes nothing), the staged jobs (hashes, pending and
 --          waiting entries, the idempotency keys they hold, workflows and wf:<id> entries,
---          inputs sets), the stage's levels, and once its range is empty the stages entry. A
+--          inputs sets, a fair queue's turns entries), the stage's levels, and once its range is empty the stages entry. A
 --          queue whose part is not hidden (published, or never staged) loses nothing.
 -- Returns: how many staged jobs are left to delete (call again until 0).
 
@@ -30,8 +30,16 @@ for g = 1, #KEYS / NQ do
       local ns = redis.call('ZRANGEBYSCORE', set, lo, hi, 'LIMIT', 0, left)
       for _, n in ipairs(ns) do
         local jk = job_key(k, n)
-        local f = redis.call('HMGET', jk, 'idempotency_key', 'workflow_id')
+        local f = redis.call('HMGET', jk, 'idempotency_key', 'workflow_id', 'turn', 'priority',
+          'key')
         release_idem(k, jk, n, f[1] or false)
+        if f[3] then -- a fair queue's turn, taken as it was staged; its key's latest, if it was
+          redis.call('ZREM', turns_key(k, int(f[4])), pad(n))
+          local latest = k.base .. 'turn'
+          if redis.call('HGET', latest, f[5] or '') == f[3] then
+            redis.call('HDEL', latest, f[5] or '')
+          end
+        end
         if f[2] then
           redis.call('ZREM', k.base .. 'wf:' .. f[2], n)
           redis.call('HDEL', k.workflows, n)
