@@ -6,9 +6,9 @@ transaction (see ``jobs_claim_lock`` in queries/leases.sql). Sent as a pipeline 
 protocol, that is one round trip, but psycopg's pipeline does several times the client work of
 one statement (its sends, Sync and results are each a step of Python), and in a worker whose
 slots and completer hold the GIL between those steps the claim waited for it at each: a
-queue under a rate far above the worker's pace claimed 128 jobs in 1.2 ms more than the same
-queue without a limit, and drained at 85-87 % of its figure, where the statements themselves
-differ by 0.1-0.3 ms.
+queue under a rate far above the worker's pace claimed 128 jobs in 1.4 ms more than the same
+queue without a limit, and drained at 85-87 % of its figure, where the lock statement adds
+0.1-0.3 ms when timed alone (bench/README.md, "Claims behind the lock without a pipeline").
 
 Here both are server-side prepared statements, executed by one simple-protocol message
 (``EXECUTE lock(...); EXECUTE claim(...)``): one round trip, one wait for the reply, and, as
