@@ -110,6 +110,17 @@ FROM gate AS g CROSS JOIN clock CROSS JOIN LATERAL (
     FOR UPDATE OF j SKIP LOCKED
 ) AS p
 
+-- name: _claim_picked
+-- (a fragment: the `picked` and `claimed` CTEs of a claim whose `top` is already cut to what
+-- each queue may take, with their commas) The best `limit` of top in claim order move to
+-- running. Needs clock and top.
+picked AS (
+    SELECT id FROM top ORDER BY priority DESC, fair_round, run_at, id LIMIT %(limit)s::int8
+),
+claimed AS (
+    {{_claim_move}}
+),
+
 -- name: _claim_move
 -- (a fragment: the `claimed` CTE of a claim) The picked pending jobs (the CTE picked: their
 -- ids) move to running: one more attempt, started now, for this worker, under a fresh token
@@ -373,12 +384,7 @@ top AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS p
 ),
-picked AS (
-    SELECT id FROM top ORDER BY priority DESC, fair_round, run_at, id LIMIT %(limit)s::int8
-),
-claimed AS (
-    {{_claim_move}}
-),
+{{_claim_picked}}
 rounds AS (
     {{_claim_rounds}}
 ),
@@ -442,12 +448,7 @@ top AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS p
 ),
-picked AS (
-    SELECT id FROM top ORDER BY priority DESC, fair_round, run_at, id LIMIT %(limit)s::int8
-),
-claimed AS (
-    {{_claim_move}}
-),
+{{_claim_picked}}
 {{_claim_queue_takes}}
 {{_claim_limited_end}};
 
