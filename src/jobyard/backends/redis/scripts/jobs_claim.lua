@@ -49,19 +49,6 @@ local SCAN_MAX = 512
 -- still comes back full: a worker whose claim is short waits for a push or a poll).
 local LATE_TURNS = 64
 
--- The scores of `members` in the sorted set `key`, in their order (false where absent), read
--- in chunks: unpack() is bounded by the Lua C stack (8000 slots).
-local function zmscore(key, members)
-  local out = {}
-  for i = 1, #members, 2000 do
-    local part = redis.call('ZMSCORE', key, unpack(members, i, math.min(i + 1999, #members)))
-    for j = 1, #part do
-      out[#out + 1] = part[j]
-    end
-  end
-  return out
-end
-
 -- A fair queue's due entries of one priority band (its level keys: the level and its
 -- segments), in turn order, up to `want`.
 local function fair_due(k, band, prio, want)
@@ -85,16 +72,10 @@ local function fair_due(k, band, prio, want)
     if #page == 0 then
       break
     end
-    -- Each member's score in each level of the band: one ZMSCORE a level and page, not one
-    -- ZSCORE a job (false: not in that level).
-    local scores = {}
-    for b, p in ipairs(band) do
-      scores[b] = zmscore(k.base .. 'ready:' .. p, page)
-    end
-    for i, m in ipairs(page) do
+    for _, m in ipairs(page) do
       local at, where
-      for b, p in ipairs(band) do
-        at = scores[b][i]
+      for _, p in ipairs(band) do
+        at = redis.call('ZSCORE', k.base .. 'ready:' .. p, m)
         if at then
           where = p
           break

@@ -9,8 +9,9 @@
 -- Touches: per group the stage's hash (state "aborted", expiring after ARGV[5]: a slice that
 --          arrives late finds it and writes nothing), the staged jobs (hashes, pending and
 --          waiting entries, the idempotency keys they hold, workflows and wf:<id> entries,
---          inputs sets, a fair queue's turns entries), the stage's levels, and once its range is empty the stages entry. A
---          queue whose part is not hidden (published, or never staged) loses nothing.
+--          inputs sets, a fair queue's turns entries), the stage's levels, and once its range
+--          is empty the stages entry. A queue whose part is not hidden (published, or never
+--          staged) loses nothing.
 -- Returns: how many staged jobs are left to delete (call again until 0).
 
 local b = ARGV[1]
