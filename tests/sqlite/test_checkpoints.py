@@ -4,7 +4,9 @@ one runs, the store's connections do not checkpoint inside a claim's or an ack's
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -87,5 +89,35 @@ def test_a_checkpoint_from_maintenance_keeps_the_wal_from_growing(tmp_path: Path
         # what one second's writes wrote, never all of them (20 MB without a checkpoint)
         assert wal.stat().st_size < 8_000_000, wal.stat().st_size
         assert all(line.startswith("checkpointed the WAL") for line in lines)
+    finally:
+        app.close()
+
+
+def test_a_worker_tidies_once_an_interval_unless_the_store_asks_sooner(tmp_path: Path) -> None:
+    app = jobyard.App(f"sqlite:///{tmp_path}/jobs.db")
+    backend = app.backend
+    assert isinstance(backend, SQLiteBackend)
+    # a spy on this store's own method (the store itself runs): when each tidy came
+    stamps: list[float] = []
+    tidy = backend.store_tidy
+
+    def spied(params: StoreTidyParams) -> list[str]:
+        stamps.append(time.monotonic())
+        return tidy(params)
+
+    backend.store_tidy = spied  # type: ignore[method-assign]
+    try:
+        # when a worker runs with a tidy interval of 0.5 s (its ticks ask the store every 0.1 s
+        # whether it wants one sooner: SQLite never does)
+        worker = app.worker(queues=["q"], reap_interval=0.5, poll_interval=0.2)
+        worker.start()
+        try:
+            wait_until(lambda: len(stamps) >= 3, timeout=10, what="three tidies")
+        finally:
+            worker.stop(grace=2)
+        # then the first came at once and the next ones an interval apart (0.4-0.6 s jittered),
+        # not at every tick of 0.1 s
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        assert min(gaps[:2]) >= 0.35, gaps
     finally:
         app.close()

@@ -169,7 +169,7 @@ class Maintenance:
             return
         due = time.monotonic() - self._tidied_at >= self._tidy_interval
         if due or self.tidying.store_tidy_soon(self.tidy_params):
-            self._tidied_at = -math.inf  # the first tick tidies
+            self._tidied_at = time.monotonic()
             self.tidy()
 
     def tidy(self) -> None:
