@@ -115,8 +115,7 @@ def test_a_worker_tidies_once_an_interval_unless_the_store_asks_sooner(tmp_path:
             wait_until(lambda: len(stamps) >= 3, timeout=10, what="three tidies")
         finally:
             worker.stop(grace=2)
-        # then the first came at once and the next ones an interval apart (0.4-0.6 s jittered),
-        # not at every tick of 0.1 s
+        # then they came an interval apart (0.4-0.6 s jittered), not at every tick of 0.1 s
         gaps = [b - a for a, b in itertools.pairwise(stamps)]
         assert min(gaps[:2]) >= 0.35, gaps
     finally:

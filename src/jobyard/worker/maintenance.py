@@ -6,7 +6,6 @@ reaper). No separate process is needed."""
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
@@ -103,7 +102,7 @@ class Maintenance:
         # A tidy every interval, or sooner when the store asks (store_tidy_soon: a count of its
         # own, asked every TIDY_POLL).
         self._tidy_interval = interval
-        self._tidied_at = -math.inf  # the first tick tidies
+        self._tidied_at = time.monotonic()  # the first tidy an interval after the start, as before
         self.tidier = Ticker("jobyard-tidy", min(interval, TIDY_POLL), self._tidy_tick)
 
     def start(self) -> None:
