@@ -19,8 +19,6 @@ from jobyard.backends.base import (
     JobsClaimParams,
     JobsInsertParams,
     Outcome,
-    QueueConfig,
-    QueueLimits,
     StatsParams,
     StoreTidyParams,
 )
@@ -219,62 +217,3 @@ def test_a_drained_partition_is_vacuumed_past_min_dead_whatever_its_last_vacuum_
     # (which would have set the threshold past a thousand dead rows)
     params = StoreTidyParams(min_dead=100, dead_fraction=1.0)
     assert any(line.startswith("vacuumed jobs_pending (") for line in backend.store_tidy(params))
-
-
-def keyed_churn(backend: PostgresBackend, n: int) -> None:
-    """n jobs of n keys of a key_concurrency queue through a claim and an ack."""
-    backend.jobs_insert(JobsInsertParams([new("keyed", key=f"k{i}") for i in range(n)]))
-    jobs = backend.jobs_claim(JobsClaimParams("w1", ["keyed"], n))
-    assert len(jobs) == n
-    backend.jobs_ack(JobsAckParams([Outcome(j.id, j.token, "completed") for j in jobs]))
-
-
-SOON = StoreTidyParams(min_dead=10**9, settled_every=100)  # the settled count alone decides
-
-
-def test_claims_that_probe_keys_ask_for_a_vacuum_of_running_by_their_settled_count(
-    backend: PostgresBackend, sql: Callable[..., list[tuple[Any, ...]]]
-) -> None:
-    # given plain claims: they never read the running partition, whatever they settle
-    churn(backend, 300)
-    assert not backend.store_tidy_soon(SOON)
-    # when a key-limited queue's claims settle fewer jobs than settled_every: not yet
-    backend.queues_configure(QueueConfig("keyed", limits=QueueLimits(key_concurrency=1)))
-    keyed_churn(backend, 60)
-    assert not backend.store_tidy_soon(SOON)
-    # when they pass it
-    keyed_churn(backend, 60)
-    assert backend.store_tidy_soon(SOON)
-    # then a tidy vacuums jobs_running though the statistics' threshold is far away (the
-    # server's own count says so), and the count starts again
-    before = vacuums(sql, "jobs_running")
-    backend.store_tidy(SOON)
-    assert vacuums(sql, "jobs_running") == before + 1
-    assert not backend.store_tidy_soon(SOON)
-
-
-def test_a_worker_tidies_as_soon_as_the_store_asks_not_at_its_next_tick(
-    url: str, sql: Callable[..., list[tuple[Any, ...]]]
-) -> None:
-    app = jobyard.App(url)
-    app.configure_queue("keyed", key_concurrency=1)
-
-    @app.job(queue="keyed")
-    def noop(i: int) -> None:
-        """Nothing."""
-
-    before = vacuums(sql, "jobs_running")
-    try:
-        # a tick a minute apart: only the store's asking can bring a vacuum within the test
-        with running_worker(app, queues=["keyed"], concurrency=4, reap_interval=60.0) as worker:
-            worker.maintenance.tidy_params = SOON
-            for i in range(300):
-                noop.options(key=f"k{i}").enqueue(i)
-            wait_until(
-                lambda: vacuums(sql, "jobs_running") > before,
-                timeout=30,
-                interval=0.2,
-                what="a vacuum of jobs_running asked for by the settled count",
-            )
-    finally:
-        app.close()

@@ -1185,17 +1185,10 @@ class StoreTidyParams:
 
     A store that keeps rate buckets (:class:`Rate`) in tables also forgets here those whose
     ``tat`` is past, so an idle key leaves nothing behind (the others forget theirs by
-    themselves: memory as it claims, Redis by key TTLs).
-
-    A store whose limited claims read the running jobs (PostgreSQL: a key's running jobs, a
-    queue's running count) also wants a tidy as soon as its process settled ``settled_every``
-    jobs since its last one (:meth:`TidyingBackend.store_tidy_soon`): each settled job leaves an
-    index entry behind that such a claim visits the heap for, and at thousands of jobs a second
-    a tidy a second is too late (issue 20: bench/README.md, "Vacuums by the settled count")."""
+    themselves: memory as it claims, Redis by key TTLs)."""
 
     min_dead: int = 5000
     dead_fraction: float = 0.2
-    settled_every: int = 2000
 
 
 def sort_groups(groups: Sequence[DeadGroup]) -> list[DeadGroup]:
@@ -1491,17 +1484,12 @@ class TidyingBackend(Backend, Protocol):
     """A store that needs housekeeping beside the moves of jobs: PostgreSQL (every move leaves
     a dead row behind: a vacuum of the hot partitions) and SQLite (the WAL checkpointed here
     rather than inside a claim's or an ack's commit). Every worker's maintenance calls it about
-    once a second on a thread of its own, and sooner when the store asks (``store_tidy_soon``).
-    Redis and memory free what they delete, and have nothing to tidy."""
+    once a second on a thread of its own. Redis and memory free what they delete, and have
+    nothing to tidy."""
 
     def store_tidy(self, params: StoreTidyParams) -> list[str]:
         """Keep the store's hot tables small (see :class:`StoreTidyParams`); one line per
         action taken, for the log. Never blocks the moves of jobs; one worker at a time."""
-        ...
-
-    def store_tidy_soon(self, params: StoreTidyParams) -> bool:
-        """Whether a tidy should not wait for the next tick (see ``settled_every``): a count
-        kept in this process, no I/O. Maintenance asks it ten times a second."""
         ...
 
 

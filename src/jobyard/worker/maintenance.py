@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
 
 from ..backends.base import (
@@ -30,7 +29,6 @@ log = logging.getLogger("jobyard.worker")
 BEAT_EVERY = 5.0  # seconds between registry beats (rounded to whole maintenance ticks)
 GONE_MARGIN = 4.0  # missed beats after which a worker counts as gone
 MIN_FORGET_AFTER = 15.0  # never sooner: a busy host may delay a beat by seconds
-TIDY_POLL = 0.1  # seconds between two questions to the store whether it wants a tidy sooner
 
 
 class Ticker:
@@ -99,11 +97,7 @@ class Maintenance:
         self.expiring = as_expiring(backend)
         self.tidying = as_tidying(backend)
         self.tidy_params = tidy if self.tidying is not None else None
-        # A tidy every interval, or sooner when the store asks (store_tidy_soon: a count of its
-        # own, asked every TIDY_POLL).
-        self._tidy_interval = interval
-        self._tidied_at = time.monotonic()  # the first tidy an interval after the start, as before
-        self.tidier = Ticker("jobyard-tidy", min(interval, TIDY_POLL), self._tidy_tick)
+        self.tidier = Ticker("jobyard-tidy", interval, self.tidy)
 
     def start(self) -> None:
         """Register the worker and start the ticks."""
@@ -162,14 +156,6 @@ class Maintenance:
             )
             if purged:
                 log.info("retention: purged %d completed jobs of %s", purged, queue or "all queues")
-
-    def _tidy_tick(self) -> None:
-        if self.tidy_params is None or self.tidying is None:
-            return
-        due = time.monotonic() - self._tidied_at >= self._tidy_interval
-        if due or self.tidying.store_tidy_soon(self.tidy_params):
-            self._tidied_at = time.monotonic()
-            self.tidy()
 
     def tidy(self) -> None:
         """Keep the store's hot tables small (a vacuum when they pass the threshold)."""

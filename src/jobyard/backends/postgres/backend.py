@@ -244,10 +244,6 @@ class PostgresBackend:
         self._limited_lock = threading.Lock()
         # the same keys, whose lean statement (jobs_insert_one, jobs_claim_open) handed over
         self._lean = Lean()
-        # Jobs this process settled since its last vacuum of jobs_running, counted once one of
-        # its claims served a key limit: those probe the running partition (see store_tidy).
-        self._reads_running = False
-        self._settled = 0
         self._lent: set[int] = set()  # id() of the connections connection_acquire lent
         self._lent_lock = threading.Lock()
         self._close_lock = threading.Lock()
@@ -770,8 +766,6 @@ class PostgresBackend:
             ):
                 if lean is not None and not self._lean.ok(lean):
                     continue
-                # A key limit's claim probes the running jobs of each key (see store_tidy).
-                self._reads_running = self._reads_running or query is not Q.jobs_claim_whole
                 taken, rows = self._run(
                     partial(self._claim_locked, lock=lock, claim=(query, locked))
                 )
@@ -812,8 +806,6 @@ class PostgresBackend:
             rows = _caller.run_sync(conn, steps, self._caller_search_path(conn))
         else:
             rows = self._run(lambda c: self._fetch(c, Q.jobs_ack, args))
-        if self._reads_running:
-            self._settled += len(rows)  # a heuristic's count: a lost update costs nothing
         settled = {str(r[0]) for r in rows}
         return [o.id for o in outcomes if o.id not in settled]
 
@@ -1069,38 +1061,21 @@ class PostgresBackend:
                 conn.execute(Q.limit_buckets_forget, {"now": self.clock.now()})
                 for name, dead, live, grown in conn.execute(Q.tidy_dead).fetchall():
                     threshold = params.min_dead + params.dead_fraction * live
-                    # The limited claims probe jobs_running's indexes (a key's running jobs, a
-                    # queue's count), and each entry a settled job left there costs a probe a
-                    # heap visit until a vacuum takes it: at thousands of jobs a second the
-                    # statistics, flushed about once a second, tell it too late.
-                    settled = self._settled if name == "jobs_running" else 0
-                    if dead < threshold and grown < threshold and settled < params.settled_every:
+                    if dead < threshold and grown < threshold:
                         continue
                     t0 = time.perf_counter()
                     conn.execute(getattr(Q, f"vacuum_{name}"))
                     ms = (time.perf_counter() - t0) * 1000.0
-                    line = (
+                    done.append(
                         f"vacuumed {name} ({dead} dead rows, {live} live, {grown} inserted"
                         f" since its last vacuum) in {ms:.0f} ms"
                     )
-                    if dead < threshold and grown < threshold:
-                        # by the settled count alone: up to several a second, routine
-                        log.debug("%s, after %d jobs settled here", line, settled)
-                    else:
-                        done.append(line)
-                    if name == "jobs_running":
-                        self._settled = 0
             finally:
                 if not conn.broken:
                     conn.execute(Q.tidy_unlock, key)
             return done
 
         return self._run(tidy)
-
-    def store_tidy_soon(self, params: StoreTidyParams) -> bool:
-        """Once this process settled ``settled_every`` jobs since its last vacuum of
-        jobs_running, if its claims read that partition (see store_tidy)."""
-        return self._reads_running and self._settled >= params.settled_every
 
     # time and recurring jobs --------------------------------------------------------------------
 

@@ -1006,10 +1006,6 @@ class SQLiteBackend:
             return []
         return [f"checkpointed the WAL ({done} of {frames} frames) and restarted it"]
 
-    def store_tidy_soon(self, params: StoreTidyParams) -> bool:
-        """Never: a checkpoint a second keeps the WAL small (the claims read no dead rows)."""
-        return False
-
     def store_info(self) -> StoreInfo:
         """Finished jobs are kept until purged; nothing about the file to warn of."""
         return StoreInfo("sqlite")
